@@ -1,0 +1,216 @@
+//! The `summarizer` command line: `worker`, `migrate`, `stats`, `turn` and `demo`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::app::Application;
+use crate::client::{Decision, TurnClient};
+use crate::config::{Settings, redact_url};
+use crate::store::{PgStore, Stats};
+use crate::{demo, telemetry};
+
+/// Exit code for a configuration error (sysexits' EX_USAGE).
+pub const EXIT_CONFIG: u8 = 64;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "summarizer",
+    version,
+    about = "Keeps LLM-agent conversations inside their context window"
+)]
+pub struct Cli {
+    /// A TOML file with settings, under the same names as the environment variables.
+    #[arg(long, global = true, env = "SUMMARIZER_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve turn-starting events from NATS until SIGTERM or SIGINT.
+    Worker,
+    /// Apply the database migrations and exit.
+    Migrate,
+    /// Print the compaction aggregates.
+    Stats {
+        /// Print `{"summary": {...}}`, as `GET /stats` answers.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send one turn-starting request and print the reply (compacts by hand).
+    Turn {
+        session_id: String,
+        /// How long to wait for a worker's reply.
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
+    },
+    /// Play a scripted incident investigation against an in-process worker.
+    Demo(demo::DemoArgs),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = dotenvy::dotenv()
+        && !e.not_found()
+    {
+        eprintln!("summarizer: configuration error: .env: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let settings = match Settings::load(cli.config.as_deref()) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("summarizer: configuration error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    telemetry::init(settings.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("summarizer: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command, settings)) {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("summarizer: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Worker => {
+            let shutdown = CancellationToken::new();
+            tokio::spawn(stop_on_signal(shutdown.clone()));
+            Application::build(&settings)
+                .await?
+                .run_until_stopped(shutdown)
+                .await?;
+        }
+        Command::Migrate => {
+            store(&settings)?.migrate().await.context("migrating")?;
+            println!(
+                "migrations applied to {}",
+                redact_url(settings.database_url.expose())
+            );
+        }
+        Command::Stats { json } => {
+            let stats = store(&settings)?.stats().await.context("reading stats")?;
+            if json {
+                println!("{}", serde_json::json!({ "summary": stats }));
+            } else {
+                print!("{}", stats_table(&stats));
+            }
+        }
+        Command::Turn {
+            session_id,
+            timeout_ms,
+        } => {
+            let nats = async_nats::connect(settings.nats_url.expose())
+                .await
+                .context("connecting to NATS")?;
+            let client = TurnClient::new(nats, settings.subject.clone());
+            let decision = client
+                .turn_starting(&session_id, Duration::from_millis(timeout_ms))
+                .await;
+            return Ok(print_decision(&decision));
+        }
+        Command::Demo(args) => demo::run(settings, args).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn store(settings: &Settings) -> anyhow::Result<PgStore> {
+    PgStore::connect_lazy(settings.database_url.expose(), 1).context("DATABASE_URL")
+}
+
+/// Prints the reply as JSON (exit 0), or why there was none (exit 1). Either way the
+/// agent would proceed.
+fn print_decision(decision: &Decision) -> ExitCode {
+    match decision {
+        Decision::Replied(reply) => {
+            println!("{}", String::from_utf8_lossy(&reply.encode()));
+            ExitCode::SUCCESS
+        }
+        Decision::TimedOut => {
+            eprintln!("no reply within the timeout: the agent would proceed");
+            ExitCode::FAILURE
+        }
+        Decision::NoWorkers => {
+            eprintln!("no worker is serving the subject: the agent would proceed");
+            ExitCode::FAILURE
+        }
+        Decision::Unavailable(why) => {
+            eprintln!("NATS unavailable ({why}): the agent would proceed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub fn stats_table(stats: &Stats) -> String {
+    let rows = [
+        (
+            "total_summarizations",
+            stats.total_summarizations.to_string(),
+        ),
+        (
+            "total_chars_compacted",
+            stats.total_chars_compacted.to_string(),
+        ),
+        (
+            "total_messages_compacted",
+            stats.total_messages_compacted.to_string(),
+        ),
+        ("sessions_compacted", stats.sessions_compacted.to_string()),
+        ("prompt_tokens", stats.prompt_tokens.to_string()),
+        ("completion_tokens", stats.completion_tokens.to_string()),
+        (
+            "last_summarization_at",
+            stats
+                .last_summarization_at
+                .clone()
+                .unwrap_or_else(|| "-".to_owned()),
+        ),
+    ];
+    rows.iter()
+        .map(|(name, value)| format!("{name:<26}{value:>26}\n"))
+        .collect()
+}
+
+/// Cancels `shutdown` on the first SIGTERM or SIGINT.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; SIGINT only");
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+    tracing::info!("shutdown signal received");
+    shutdown.cancel();
+}

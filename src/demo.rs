@@ -1,0 +1,191 @@
+//! `summarizer demo`: the whole loop on one machine. A worker runs in-process on a
+//! private subject; a scripted agent investigates an incident turn by turn, appending its
+//! messages with plain SQL and asking the worker before each turn, as a real agent would.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::Application;
+use crate::cli::stats_table;
+use crate::client::{Decision, TurnClient};
+use crate::config::{Limits, Settings};
+use crate::message::{Message, Role};
+use crate::store::PgStore;
+
+mod script;
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Compact above this many chars (small, so a short script crosses it).
+    #[arg(long, default_value_t = 5000)]
+    threshold_chars: i64,
+    /// Keep at least this many recent chars.
+    #[arg(long, default_value_t = 2000)]
+    keep_chars: i64,
+    /// How long each turn waits for the worker.
+    #[arg(long, default_value_t = 10_000)]
+    timeout_ms: u64,
+}
+
+/// Runs the demo; fails unless the worker compacted the session at least once.
+///
+/// # Errors
+/// When a service is unreachable, or the script ends without a compaction.
+pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
+    if args.keep_chars >= args.threshold_chars || args.keep_chars <= 0 {
+        bail!("--keep-chars must be positive and smaller than --threshold-chars");
+    }
+    let tag = format!("{:08x}", fastrand::u32(..));
+    settings.enabled = true;
+    settings.limits = Limits {
+        threshold_chars: args.threshold_chars,
+        keep_chars: args.keep_chars,
+    };
+    // A private subject: a fleet already running on this NATS does not take the demo's
+    // events, and the demo's worker does not take the fleet's.
+    settings.subject = format!("summarizer.demo.{tag}.turn.starting");
+    settings.http_addr = None;
+
+    let url = settings.database_url.expose();
+    if PgStore::create_database_if_missing(url)
+        .await
+        .context("creating the database")?
+    {
+        println!("created the database");
+    }
+    let app = Application::build(&settings).await?;
+    let store = app.store().clone();
+    let shutdown = CancellationToken::new();
+    let worker = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+
+    let nats = async_nats::connect(settings.nats_url.expose())
+        .await
+        .context("connecting to NATS")?;
+    let client = TurnClient::new(nats, settings.subject.clone());
+    let session = format!("demo-{tag}");
+    println!(
+        "summarizer demo: session {session}, compacting above {} chars, keeping {} (provider {:?})\n",
+        args.threshold_chars, args.keep_chars, settings.llm.provider
+    );
+
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let mut compactions = 0;
+    for (n, turn) in script::turns().iter().enumerate() {
+        let before = store.messages(&session).await?;
+        let decision = client.turn_starting(&session, timeout).await;
+        print_decision(n + 1, &decision);
+        if decision.compacted() {
+            compactions += 1;
+            if compactions == 1 {
+                print_history("history before the first compaction", &before);
+                print_history("history after it", &store.messages(&session).await?);
+            }
+        }
+        for message in turn {
+            append(&store, &session, message).await?;
+        }
+    }
+    let decision = client.turn_starting(&session, timeout).await;
+    print_decision(script::turns().len() + 1, &decision);
+    compactions += usize::from(decision.compacted());
+
+    print_history("final history", &store.messages(&session).await?);
+    println!("stats (all sessions in this database):");
+    print!("{}", stats_table(&store.stats().await?));
+
+    shutdown.cancel();
+    worker.await.context("worker task")??;
+    if compactions == 0 {
+        bail!("the script ended without a compaction; is the threshold above the script's size?");
+    }
+    println!("\n{compactions} compactions; demo done");
+    Ok(())
+}
+
+/// One scripted message, as the agent writes it.
+pub struct Scripted {
+    pub role: Role,
+    pub content: String,
+    pub tool_calls: Option<Value>,
+    pub tool_call_id: Option<String>,
+}
+
+/// What an agent does after each step: a plain INSERT into the public table.
+async fn append(store: &PgStore, session: &str, m: &Scripted) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(session)
+    .bind(m.role.as_str())
+    .bind(&m.content)
+    .bind(&m.tool_calls)
+    .bind(&m.tool_call_id)
+    .execute(store.pool())
+    .await
+    .context("appending a message")?;
+    Ok(())
+}
+
+fn print_decision(turn: usize, decision: &Decision) {
+    let Decision::Replied(reply) = decision else {
+        println!(
+            "turn {turn:>2}: no reply ({}): proceeding",
+            decision.reason()
+        );
+        return;
+    };
+    let figure = |value: Option<i64>| value.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    if decision.compacted() {
+        println!(
+            "turn {turn:>2}: compacted: session {} chars, removed {} msgs ({} chars), kept {} msgs, summary {} chars, {} ms",
+            figure(reply.session_chars),
+            figure(reply.messages_removed),
+            figure(reply.chars_removed),
+            figure(reply.messages_kept),
+            figure(reply.summary_chars),
+            reply.duration_ms
+        );
+    } else {
+        println!(
+            "turn {turn:>2}: {}/{}: session {} chars",
+            reply.status.as_str(),
+            reply.reason.as_str(),
+            figure(reply.session_chars)
+        );
+    }
+}
+
+fn print_history(title: &str, messages: &[Message]) {
+    let chars: i64 = messages.iter().map(|m| m.chars).sum();
+    println!(
+        "\n--- {title}: {} messages, {chars} chars ---",
+        messages.len()
+    );
+    for m in messages {
+        if m.is_summary {
+            println!("  #{:<5} summary {:>5} chars", m.seq, m.chars);
+            for line in m.content.lines() {
+                println!("      | {line}");
+            }
+            continue;
+        }
+        let mut preview: String = m.content.split_whitespace().collect::<Vec<_>>().join(" ");
+        if let Some(calls) = m.tool_calls.as_ref().and_then(Value::as_array) {
+            for call in calls {
+                let (name, args) = crate::llm::prompt::call_parts(call);
+                preview.push_str(&format!(" → {name}({args})"));
+            }
+        }
+        let preview: String = preview.chars().take(90).collect();
+        let role = match m.role {
+            Role::User => "human",
+            other => other.as_str(),
+        };
+        println!("  #{:<5} {role:<9} {:>5} chars  {preview}", m.seq, m.chars);
+    }
+    println!();
+}

@@ -1,0 +1,51 @@
+//! A worker fleet that keeps LLM-agent conversations inside their context window.
+//!
+//! Before each turn an agent asks, over NATS, whether its session needs compacting. A
+//! worker checks the session's size in Postgres and, when it is over the threshold,
+//! replaces the oldest part of the history with one structured summary. See
+//! `DESIGN.md` for the contract and README.md for running it.
+//!
+//! # Layout
+//! The pure core (no I/O), then the edges that wrap it:
+//! - [`config`]: typed settings from the environment, `.env` and a file, validated once.
+//! - [`message`]: a session's messages, as the public `messages` table holds them.
+//! - [`planner`]: which oldest messages a compaction replaces.
+//! - [`summary`]: the seed's summary template and the check every summary passes.
+//! - [`outcome`]: what happened to an event: the vocabulary of replies, logs and tests.
+//! - [`protocol`]: the wire request and reply, with validation.
+//! - [`llm`]: summarizers: the offline extractive one and an OpenAI-compatible client.
+//! - [`store`]: Postgres: counters, the lease, the fenced commit, the aggregates.
+//! - [`worker`]: one event start to finish ([`worker::Worker::process`]).
+//! - [`transport`]: the NATS queue-group loop, bounded, with drain on shutdown.
+//! - [`client`]: what Rust agents call before a turn; never fails, always "proceed".
+//! - [`http`]: `GET /stats` and `GET /healthz`.
+//! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands.
+
+pub mod app;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod demo;
+pub mod http;
+pub mod llm;
+pub mod message;
+pub mod outcome;
+pub mod planner;
+pub mod protocol;
+pub mod store;
+pub mod summary;
+pub mod telemetry;
+pub mod transport;
+pub mod worker;
+
+/// An error and its sources, joined by ": ", for one log line or reply message.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,79 @@
+//! Summarizers: what turns the old part of a session into one summary.
+//!
+//! [`Extractive`] runs offline and needs no key; [`OpenAiClient`] calls any
+//! OpenAI-compatible endpoint with retries. Both sit behind [`Summarizer`] so the worker
+//! neither knows nor cares which one it holds.
+
+mod extractive;
+mod openai;
+pub mod prompt;
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+
+pub use extractive::Extractive;
+pub use openai::OpenAiClient;
+
+use crate::config::{LlmSettings, Provider};
+use crate::message::Message;
+
+/// A summary as the summarizer produced it, before [`crate::summary::check`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub text: String,
+    /// The model that wrote it, as the provider reported it.
+    pub model: String,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+}
+
+/// Why no summary came back. Only [`LlmError::Transient`] is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// Connect errors, timeouts, 408, 429 and 5xx: worth another try, after
+    /// `retry_after` when the server said so.
+    #[error("{cause}")]
+    Transient {
+        cause: String,
+        retry_after: Option<Duration>,
+    },
+    /// Any other non-success status: the request itself is wrong; retrying cannot help.
+    #[error("HTTP {status}: {body}")]
+    Rejected { status: u16, body: String },
+    /// A success status with a body that holds no summary.
+    #[error("invalid response: {0}")]
+    Invalid(String),
+}
+
+impl LlmError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Transient { .. })
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Transient { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+pub trait Summarizer: Send + Sync {
+    /// Summarizes `old` (oldest first; an earlier summary among them is folded in).
+    ///
+    /// # Errors
+    /// [`LlmError`] once retries, if any, are exhausted or the deadline has passed.
+    fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>>;
+}
+
+/// The summarizer `settings` ask for.
+///
+/// # Errors
+/// When the HTTP client cannot be built (TLS initialisation).
+pub fn from_settings(settings: &LlmSettings) -> anyhow::Result<Box<dyn Summarizer>> {
+    Ok(match settings.provider {
+        Provider::Extractive => Box::new(Extractive),
+        Provider::OpenAi => Box::new(OpenAiClient::new(settings.clone())?),
+    })
+}

@@ -1,0 +1,363 @@
+//! Postgres: the session store, the lease and the commit of a compaction.
+//!
+//! Each function is one or a few statements named for exactly what they do. None holds a
+//! connection longer than its own statements: the worker calls the LLM between
+//! [`PgStore::take_lease`] and [`PgStore::commit`] holding nothing but the lease row's
+//! owner id.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{ConnectOptions, Connection, PgPool, Row};
+
+use crate::message::{Message, Role};
+
+/// The database could not be reached, or a statement failed.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct StoreError(#[from] sqlx::Error);
+
+/// Why a commit wrote nothing. The session is unchanged in every case.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// Another worker took the lease over (ours had expired): it owns the session now.
+    #[error("the session lease is no longer ours")]
+    LeaseLost,
+    /// The planned prefix changed during the LLM call (a message in it was deleted,
+    /// edited, or inserted with an old seq).
+    #[error("the planned prefix changed during summarization")]
+    PrefixChanged,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for CommitError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Store(StoreError(e))
+    }
+}
+
+/// A session's counters, maintained by triggers on `messages`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counters {
+    pub total_chars: i64,
+    pub message_count: i64,
+    pub human_turns: i64,
+}
+
+/// Everything the commit transaction writes, planned before the LLM call.
+#[derive(Debug)]
+pub struct NewSummary<'a> {
+    pub session_id: &'a str,
+    pub lease_owner: &'a str,
+    /// The seq of the first kept message: everything older that is not `system` goes.
+    pub cut_seq: i64,
+    /// The removed messages' seqs and chars, oldest first, as planned.
+    pub removed_seqs: Vec<i64>,
+    pub removed_chars: Vec<i64>,
+    pub text: &'a str,
+    pub model: &'a str,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    pub messages_kept: i64,
+    pub request_id: &'a str,
+}
+
+/// The aggregates of `summarization_stats`, as `summarizer stats` and `GET /stats` show them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    pub total_summarizations: i64,
+    pub total_chars_compacted: i64,
+    pub total_messages_compacted: i64,
+    pub sessions_compacted: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    /// RFC 3339, UTC; `None` before the first summarization.
+    pub last_summarization_at: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// A lazily connecting pool: the worker starts, and reports the database as it finds it,
+    /// even when Postgres is not up yet.
+    ///
+    /// # Errors
+    /// When `url` is not a valid Postgres URL.
+    pub fn connect_lazy(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)?.application_name("summarizer");
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy_with(options);
+        Ok(Self { pool })
+    }
+
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies the migrations in `migrations/`. sqlx holds an advisory lock meanwhile, so
+    /// a whole fleet may start at once.
+    ///
+    /// # Errors
+    /// When the database is unreachable or a migration fails.
+    pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        sqlx::migrate!().run(&self.pool).await
+    }
+
+    /// Creates the database `url` names unless it exists, through the `postgres` database
+    /// of the same server. Returns whether it created it.
+    ///
+    /// # Errors
+    /// When the server is unreachable or refuses.
+    pub async fn create_database_if_missing(url: &str) -> Result<bool, StoreError> {
+        let options = PgConnectOptions::from_str(url)?;
+        let name = options.get_database().unwrap_or("postgres").to_owned();
+        let mut admin = options.database("postgres").connect().await?;
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+                .bind(&name)
+                .fetch_one(&mut admin)
+                .await?;
+        if !exists {
+            // Identifiers cannot be bound; quote_ident makes the name safe to splice.
+            let quoted: String = sqlx::query_scalar("SELECT quote_ident($1)")
+                .bind(&name)
+                .fetch_one(&mut admin)
+                .await?;
+            let create = format!("CREATE DATABASE {quoted}");
+            match sqlx::raw_sql(sqlx::AssertSqlSafe(create))
+                .execute(&mut admin)
+                .await
+            {
+                Ok(_) => {}
+                // Another process created it meanwhile (duplicate_database).
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        admin.close().await?;
+        Ok(!exists)
+    }
+
+    /// The session's counters: one primary-key read. `None` for a session with no row.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn counters(&self, session_id: &str) -> Result<Option<Counters>, StoreError> {
+        let row = sqlx::query(
+            "SELECT total_chars, message_count, human_turns FROM sessions WHERE session_id = $1",
+        )
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| counters_from(&r))
+            .transpose()
+            .map_err(Into::into)
+    }
+
+    /// Takes the session's lease for `owner` unless another owner holds an unexpired one.
+    /// Returns whether `owner` now holds it.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn take_lease(
+        &self,
+        session_id: &str,
+        owner: &str,
+        duration: Duration,
+    ) -> Result<bool, StoreError> {
+        let taken = sqlx::query(
+            "UPDATE sessions
+             SET lease_owner = $2, lease_expires_at = now() + $3 * interval '1 millisecond'
+             WHERE session_id = $1
+               AND (lease_owner IS NULL OR lease_expires_at <= now())",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .bind(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX))
+        .execute(&self.pool)
+        .await?;
+        Ok(taken.rows_affected() == 1)
+    }
+
+    /// Gives the lease up if `owner` still holds it; a no-op otherwise.
+    ///
+    /// # Errors
+    /// When the database is unreachable; the lease then runs out by itself.
+    pub async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
+             WHERE session_id = $1 AND lease_owner = $2",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The session's messages in `seq` order.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn messages(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, role, coalesce(content, '') AS content, tool_calls, tool_call_id,
+                    is_summary, chars
+             FROM messages WHERE session_id = $1 ORDER BY seq",
+        )
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(message_from)
+            .collect::<Result<_, _>>()
+            .map_err(Into::into)
+    }
+
+    /// Replaces the planned prefix with the summary, in one transaction: fences on the
+    /// lease, archives and deletes the prefix (checking it is exactly as planned), inserts
+    /// the summary in its place and the usage event, and releases the lease.
+    /// Returns the usage event's id, which is also the archive's `compaction_id`.
+    ///
+    /// # Errors
+    /// [`CommitError::LeaseLost`] or [`CommitError::PrefixChanged`] when writing would be
+    /// wrong, [`CommitError::Store`] when the database fails; nothing is written in any case.
+    pub async fn commit(&self, summary: &NewSummary<'_>) -> Result<i64, CommitError> {
+        let mut tx = self.pool.begin().await?;
+
+        // Locks the session row first, so appends (whose trigger updates it) queue behind
+        // this transaction instead of deadlocking with it.
+        let fenced = sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
+             WHERE session_id = $1 AND lease_owner = $2",
+        )
+        .bind(summary.session_id)
+        .bind(summary.lease_owner)
+        .execute(&mut *tx)
+        .await?;
+        if fenced.rows_affected() != 1 {
+            return Err(CommitError::LeaseLost);
+        }
+
+        let chars_removed: i64 = summary.removed_chars.iter().sum();
+        let metadata = json!({
+            "summarization": true,
+            "messages_removed": summary.removed_seqs.len(),
+            "chars_removed": chars_removed,
+            "messages_kept": summary.messages_kept,
+            "summary_chars": crate::message::char_count(summary.text),
+            "request_id": summary.request_id,
+        });
+        let archived = sqlx::query(
+            "WITH event AS (
+                 INSERT INTO usage_events
+                     (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
+                 VALUES ($1, $3, $4, $5, $4 + $5, $6)
+                 RETURNING id
+             ), removed AS (
+                 DELETE FROM messages
+                 WHERE session_id = $1 AND seq < $2 AND role <> 'system'
+                 RETURNING *
+             ), archived AS (
+                 INSERT INTO archived_messages (compaction_id, session_id, seq, role, content,
+                     tool_calls, tool_call_id, is_summary, chars, created_at)
+                 SELECT (SELECT id FROM event), session_id, seq, role, content,
+                     tool_calls, tool_call_id, is_summary, chars, created_at
+                 FROM removed
+             )
+             SELECT (SELECT id FROM event) AS id,
+                    coalesce(array_agg(seq ORDER BY seq), '{}') AS seqs,
+                    coalesce(array_agg(chars::bigint ORDER BY seq), '{}') AS chars
+             FROM removed",
+        )
+        .bind(summary.session_id)
+        .bind(summary.cut_seq)
+        .bind(summary.model)
+        .bind(summary.prompt_tokens)
+        .bind(summary.completion_tokens)
+        .bind(&metadata)
+        .fetch_one(&mut *tx)
+        .await?;
+        let seqs: Vec<i64> = archived.try_get("seqs")?;
+        let chars: Vec<i64> = archived.try_get("chars")?;
+        if seqs != summary.removed_seqs || chars != summary.removed_chars {
+            // Dropping the transaction rolls it back.
+            return Err(CommitError::PrefixChanged);
+        }
+
+        // The summary takes the first removed message's seq: before every kept message,
+        // and after any system message that preceded the old part.
+        sqlx::query(
+            "INSERT INTO messages (session_id, seq, role, content, is_summary)
+             VALUES ($1, $2, 'user', $3, true)",
+        )
+        .bind(summary.session_id)
+        .bind(seqs[0])
+        .bind(summary.text)
+        .execute(&mut *tx)
+        .await?;
+
+        tx.commit().await?;
+        Ok(archived.try_get("id")?)
+    }
+
+    /// The aggregates, from the `summarization_stats` view.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn stats(&self) -> Result<Stats, StoreError> {
+        let row = sqlx::query(
+            "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
+                    sessions_compacted, prompt_tokens, completion_tokens,
+                    to_char(last_summarization_at AT TIME ZONE 'UTC',
+                            'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS last_summarization_at
+             FROM summarization_stats",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let big = |name: &str| row.try_get::<i64, _>(name);
+        Ok(Stats {
+            total_summarizations: big("total_summarizations")?,
+            total_chars_compacted: big("total_chars_compacted")?,
+            total_messages_compacted: big("total_messages_compacted")?,
+            sessions_compacted: big("sessions_compacted")?,
+            prompt_tokens: big("prompt_tokens")?,
+            completion_tokens: big("completion_tokens")?,
+            last_summarization_at: row.try_get("last_summarization_at")?,
+        })
+    }
+}
+
+fn counters_from(row: &PgRow) -> Result<Counters, sqlx::Error> {
+    Ok(Counters {
+        total_chars: row.try_get("total_chars")?,
+        message_count: row.try_get::<i32, _>("message_count")?.into(),
+        human_turns: row.try_get::<i32, _>("human_turns")?.into(),
+    })
+}
+
+fn message_from(row: &PgRow) -> Result<Message, sqlx::Error> {
+    let role: String = row.try_get("role")?;
+    Ok(Message {
+        seq: row.try_get("seq")?,
+        role: Role::from_str(&role).map_err(|e| sqlx::Error::Decode(e.into()))?,
+        content: row.try_get("content")?,
+        tool_calls: row.try_get("tool_calls")?,
+        tool_call_id: row.try_get("tool_call_id")?,
+        is_summary: row.try_get("is_summary")?,
+        chars: row.try_get::<i32, _>("chars")?.into(),
+    })
+}

@@ -1,0 +1,107 @@
+//! The seed's summary template, and the check every summary passes before it is written.
+
+use crate::message::char_count;
+
+pub const INVESTIGATING: &str = "**Investigating:**";
+pub const KEY_FINDINGS: &str = "**Key findings:**";
+pub const RULED_OUT: &str = "**Ruled out:**";
+pub const CURRENT_STATE: &str = "**Current state:**";
+
+/// The four headings, in the order the template gives them.
+pub const HEADINGS: [&str; 4] = [INVESTIGATING, KEY_FINDINGS, RULED_OUT, CURRENT_STATE];
+
+/// The template as the seed wrote it; the LLM prompt quotes it verbatim.
+pub const TEMPLATE: &str = "\
+**Investigating:** <original incident or question>
+**Key findings:**
+- <finding with specifics — numbers, service names, timestamps>
+**Ruled out:** <list or \"nothing ruled out yet\">
+**Current state:** <where the investigation is now>";
+
+/// Why a summary was refused; the caller treats it as an LLM failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejected {
+    #[error("the summary is empty")]
+    Empty,
+    #[error("the summary lacks the heading {0}")]
+    MissingHeading(&'static str),
+    #[error(
+        "the summary ({summary_chars} chars) is not shorter than what it replaces ({replaced_chars} chars)"
+    )]
+    NotShorter {
+        summary_chars: i64,
+        replaced_chars: i64,
+    },
+}
+
+/// Trims `text` and checks it can replace `replaced_chars` characters of history.
+///
+/// # Errors
+/// [`Rejected`] when the summary is empty, lacks a heading of the template, or is not
+/// strictly shorter than what it replaces.
+pub fn check(text: &str, replaced_chars: i64) -> Result<String, Rejected> {
+    let text = strip_fence(text.trim()).trim();
+    if text.is_empty() {
+        return Err(Rejected::Empty);
+    }
+    if let Some(missing) = HEADINGS.iter().find(|h| !text.contains(*h)) {
+        return Err(Rejected::MissingHeading(missing));
+    }
+    let summary_chars = char_count(text);
+    if summary_chars >= replaced_chars {
+        return Err(Rejected::NotShorter {
+            summary_chars,
+            replaced_chars,
+        });
+    }
+    Ok(text.to_owned())
+}
+
+/// Models often wrap an answer in a Markdown code fence; the fence is not the summary.
+fn strip_fence(text: &str) -> &str {
+    let Some(inner) = text.strip_prefix("```") else {
+        return text;
+    };
+    let Some(inner) = inner.strip_suffix("```") else {
+        return text;
+    };
+    // Drop an info string such as "markdown" on the opening line.
+    inner.split_once('\n').map_or(inner, |(_, body)| body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "**Investigating:** 502s on checkout\n**Key findings:**\n- pool at 100/100\n**Ruled out:** DNS\n**Current state:** raising pool";
+
+    #[test]
+    fn a_complete_shorter_summary_passes_trimmed() {
+        assert_eq!(check(&format!("\n  {GOOD}\n"), 10_000).unwrap(), GOOD);
+    }
+
+    #[test]
+    fn a_fenced_summary_is_unwrapped() {
+        assert_eq!(
+            check(&format!("```markdown\n{GOOD}\n```"), 10_000).unwrap(),
+            GOOD
+        );
+    }
+
+    #[test]
+    fn empty_missing_headings_and_longer_are_rejected() {
+        assert_eq!(check("  \n", 100), Err(Rejected::Empty));
+        assert_eq!(
+            check(&GOOD.replace(RULED_OUT, "Ruled out:"), 10_000),
+            Err(Rejected::MissingHeading(RULED_OUT))
+        );
+        let n = char_count(GOOD);
+        assert_eq!(
+            check(GOOD, n),
+            Err(Rejected::NotShorter {
+                summary_chars: n,
+                replaced_chars: n
+            })
+        );
+    }
+}

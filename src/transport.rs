@@ -1,0 +1,140 @@
+//! NATS: serves the turn subject on the queue group, at most `WORKER_CONCURRENCY`
+//! events at once, and drains on shutdown.
+//!
+//! A permit is taken before the next event is read, so a saturated worker leaves events
+//! queued in NATS's client buffer rather than starting more work than it may run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::{Client, Subscriber};
+use futures_util::StreamExt;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::outcome::Outcome;
+use crate::protocol::{Reply, Request};
+use crate::worker::{Event, Worker, new_request_id};
+
+pub struct Server {
+    pub client: Client,
+    pub subscriber: Subscriber,
+    pub worker: Arc<Worker>,
+    pub concurrency: usize,
+    pub shutdown_grace: Duration,
+}
+
+impl Server {
+    /// Serves until `shutdown` fires, then stops taking events, lets NATS hand over what
+    /// it already routed here, finishes in-flight events within the grace period and
+    /// flushes their replies.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let limit = Arc::new(Semaphore::new(self.concurrency));
+        let tracker = TaskTracker::new();
+        let mut deadline = None;
+        loop {
+            let grace_over = sleep_until_opt(deadline);
+            let permit = tokio::select! {
+                permit = limit.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_closed) => break,
+                },
+                () = shutdown.cancelled(), if deadline.is_none() => {
+                    deadline = Some(self.start_drain().await);
+                    continue;
+                }
+                () = grace_over => break,
+            };
+            let grace_over = sleep_until_opt(deadline);
+            let message = tokio::select! {
+                message = self.subscriber.next() => match message {
+                    Some(message) => message,
+                    None => break,
+                },
+                () = shutdown.cancelled(), if deadline.is_none() => {
+                    deadline = Some(self.start_drain().await);
+                    continue;
+                }
+                () = grace_over => break,
+            };
+            let worker = self.worker.clone();
+            let client = self.client.clone();
+            tracker.spawn(async move {
+                handle(&worker, &client, message).await;
+                drop(permit);
+            });
+        }
+
+        tracker.close();
+        let deadline = deadline.unwrap_or_else(|| Instant::now() + self.shutdown_grace);
+        if tokio::time::timeout_at(deadline, tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                in_flight = tracker.len(),
+                "shutdown grace period over; abandoning in-flight events (their agents proceed on timeout)"
+            );
+        }
+        if let Err(e) = self.client.flush().await {
+            tracing::warn!(error = %e, "could not flush replies");
+        }
+    }
+
+    /// Unsubscribes, so the queue group routes new events to other workers, while events
+    /// already sent here still arrive and are served. Returns when the grace period ends.
+    async fn start_drain(&mut self) -> Instant {
+        tracing::info!("draining: no new events; finishing in-flight ones");
+        if let Err(e) = self.subscriber.drain().await {
+            tracing::warn!(error = %e, "could not drain the subscription");
+        }
+        Instant::now() + self.shutdown_grace
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Decodes, processes and answers one event. Never panics on input: a bad request gets a
+/// `rejected` reply and the loop goes on.
+async fn handle(worker: &Worker, client: &Client, message: async_nats::Message) {
+    let reply = match Request::decode(&message.payload) {
+        Ok(request) => {
+            let event = Event::new(request.session_id, request.request_id);
+            let span = tracing::info_span!(
+                "event",
+                request_id = %event.request_id,
+                session_id = %event.session_id
+            );
+            let processed = worker.process(&event).instrument(span).await;
+            Reply::new(
+                &processed.outcome,
+                Some(&event.session_id),
+                Some(&event.request_id),
+                processed.session_chars,
+                processed.duration.as_millis() as u64,
+            )
+        }
+        Err(invalid) => {
+            let rid = new_request_id();
+            tracing::warn!("[{rid}] summarizer: rejected request: {invalid}");
+            let outcome = Outcome::Rejected {
+                detail: invalid.to_string(),
+            };
+            Reply::new(&outcome, None, Some(&rid), None, 0)
+        }
+    };
+    // A request without a reply subject was fire-and-forget: processed, not answered.
+    if let Some(to) = message.reply
+        && let Err(e) = client.publish(to, reply.encode().into()).await
+    {
+        tracing::warn!(error = %e, "could not publish the reply");
+    }
+}
