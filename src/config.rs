@@ -531,6 +531,27 @@ mod tests {
     }
 
     #[test]
+    fn env_example_lists_every_setting_with_its_default() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/.env.example");
+        let listed: HashMap<String, String> = dotenvy::from_path_iter(path)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        for (name, default) in DEFAULTS {
+            assert_eq!(
+                listed.get(*name).map(String::as_str),
+                Some(*default),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            listed.len(),
+            DEFAULTS.len(),
+            "no setting listed that does not exist"
+        );
+    }
+
+    #[test]
     fn secrets_do_not_reach_debug_or_the_config_log_line() {
         let s = load(&[
             ("LLM_PROVIDER", "openai"),

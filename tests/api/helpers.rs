@@ -1,0 +1,363 @@
+//! `spawn_app()`: a worker running in-process against the real Postgres and NATS, with
+//! its own database, its own subject and its own fake LLM (wiremock), plus helpers named
+//! for what an agent or an operator does.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use sqlx::{Connection, PgConnection, PgPool, Row};
+use summarizer::app::Application;
+use summarizer::client::{Decision, TurnClient};
+use summarizer::config::Settings;
+use summarizer::protocol::Reply;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+pub const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+pub const NATS_URL: &str = "nats://127.0.0.1:4222";
+/// Test databases are named `summarizer_test_<unix seconds>_<random>`; ones older than
+/// this are left over from earlier runs and dropped.
+const STALE_AFTER_SECS: u64 = 30 * 60;
+
+/// `SUMMARIZATION_KEEP_CHARS` of the test workers; their threshold is 3000, which five
+/// turns of [`TestApp::append_turn`] cross and three do not.
+pub const KEEP: i64 = 1000;
+pub const API_KEY: &str = "sk-test-4f1c9a-do-not-log";
+
+pub const SUMMARY: &str = "**Investigating:** checkout-api slow\n**Key findings:**\n- pool exhausted at 14:01\n**Ruled out:** DNS\n**Current state:** checking the database";
+
+pub struct TestApp {
+    pub db: PgPool,
+    pub database_url: String,
+    pub llm: MockServer,
+    pub http_addr: SocketAddr,
+    pub client: TurnClient,
+    shutdown: CancellationToken,
+    worker: JoinHandle<anyhow::Result<()>>,
+}
+
+/// The environment a test worker runs with; tests override single entries.
+pub fn test_env(database_url: &str, subject: &str, llm_url: &str) -> HashMap<String, String> {
+    [
+        ("DATABASE_URL", database_url),
+        ("NATS_URL", NATS_URL),
+        ("NATS_SUBJECT", subject),
+        ("SUMMARIZATION_THRESHOLD_CHARS", "3000"),
+        ("SUMMARIZATION_KEEP_CHARS", "1000"),
+        ("HTTP_ADDR", "127.0.0.1:0"),
+        ("DATABASE_MAX_CONNECTIONS", "5"),
+        ("LLM_PROVIDER", "openai"),
+        ("LLM_BASE_URL", llm_url),
+        ("LLM_API_KEY", API_KEY),
+        ("LLM_MODEL", "fake-model"),
+        ("LLM_TIMEOUT_MS", "3000"),
+        ("LLM_MAX_RETRIES", "3"),
+        ("LLM_RETRY_MIN_DELAY_MS", "10"),
+        ("LLM_RETRY_MAX_DELAY_MS", "100"),
+        ("LLM_DEADLINE_MS", "8000"),
+        ("LEASE_DURATION_MS", "15000"),
+        ("SHUTDOWN_GRACE_MS", "5000"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(&[]).await
+}
+
+/// A worker whose settings are the test defaults with `overrides` applied.
+pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
+    let database_url = fresh_database().await;
+    let subject = unique_subject();
+    let llm = MockServer::start().await;
+    let mut env = test_env(&database_url, &subject, &llm.uri());
+    for (k, v) in overrides {
+        env.insert((*k).to_owned(), (*v).to_owned());
+    }
+    let settings = Settings::from_sources(None, Some(env)).expect("test settings");
+    let app = Application::build(&settings).await.expect("worker starts");
+    let http_addr = app.http_addr().expect("HTTP listener");
+    let shutdown = CancellationToken::new();
+    let worker = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let nats = async_nats::connect(NATS_URL).await.expect("NATS");
+    TestApp {
+        db: PgPool::connect(&database_url).await.expect("test pool"),
+        database_url,
+        client: TurnClient::new(nats, subject),
+        llm,
+        http_addr,
+        shutdown,
+        worker,
+    }
+}
+
+/// A new, empty database; the worker migrates it. Also drops stale ones.
+pub async fn fresh_database() -> String {
+    let mut admin = PgConnection::connect(ADMIN_URL).await.expect("Postgres");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let old: Vec<String> = sqlx::query_scalar(
+        "SELECT datname FROM pg_database WHERE datname LIKE 'summarizer\\_test\\_%'",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    for name in old {
+        let created = name.split('_').nth(2).and_then(|t| t.parse::<u64>().ok());
+        if created.is_some_and(|t| t + STALE_AFTER_SECS < now) {
+            let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+                .execute(&mut admin)
+                .await;
+        }
+    }
+    let name = unique_database_name();
+    let create = format!("CREATE DATABASE \"{name}\"");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(create))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    format!("postgres://postgres@127.0.0.1:5432/{name}")
+}
+
+pub fn unique_database_name() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    format!("summarizer_test_{now}_{:08x}", fastrand::u32(..))
+}
+
+pub fn unique_subject() -> String {
+    format!("test.{:016x}.turn.starting", fastrand::u64(..))
+}
+
+/// Deterministic filler text of exactly `n` characters.
+pub fn filler(n: usize) -> String {
+    "the connection pool on orders-db stayed saturated while retries piled up "
+        .chars()
+        .cycle()
+        .take(n)
+        .collect()
+}
+
+/// A stored message as the tests compare them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stored {
+    pub seq: i64,
+    pub role: String,
+    pub content: Option<String>,
+    pub tool_calls: Option<Value>,
+    pub tool_call_id: Option<String>,
+    pub is_summary: bool,
+    pub chars: i64,
+}
+
+impl TestApp {
+    /// What an agent does: a plain INSERT into `messages`.
+    pub async fn append(
+        &self,
+        session: &str,
+        role: &str,
+        content: &str,
+        tool_calls: Option<Value>,
+        tool_call_id: Option<&str>,
+    ) {
+        sqlx::query(
+            "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(session)
+        .bind(role)
+        .bind(content)
+        .bind(tool_calls)
+        .bind(tool_call_id)
+        .execute(&self.db)
+        .await
+        .expect("append");
+    }
+
+    /// One human turn of about 760 chars: the ask, a tool call, its result, an answer.
+    pub async fn append_turn(&self, session: &str, n: usize) {
+        let call = format!("call-{n}");
+        self.append(
+            session,
+            "user",
+            &format!("Turn {n}: why is checkout-api slow? {}", filler(40)),
+            None,
+            None,
+        )
+        .await;
+        let calls = json!([{"id": call, "name": "get_logs", "arguments": {"service": "checkout-api", "turn": n}}]);
+        self.append(session, "assistant", "", Some(calls), None)
+            .await;
+        let result = format!(
+            "14:{n:02}:01 ERROR checkout-api pool exhausted {}",
+            filler(300)
+        );
+        self.append(session, "tool", &result, None, Some(&call))
+            .await;
+        let answer = format!("Finding {n}: pool at 100% {}", filler(250));
+        self.append(session, "assistant", &answer, None, None).await;
+    }
+
+    /// A session over the threshold: `turns` turns of [`TestApp::append_turn`].
+    pub async fn append_turns(&self, session: &str, turns: usize) {
+        for n in 1..=turns {
+            self.append_turn(session, n).await;
+        }
+    }
+
+    /// Sends the turn-starting request and returns the reply; panics without one.
+    pub async fn turn_starting(&self, session: &str) -> Reply {
+        match self
+            .client
+            .turn_starting(session, Duration::from_secs(15))
+            .await
+        {
+            Decision::Replied(reply) => reply,
+            other => panic!("no reply for {session}: {other:?}"),
+        }
+    }
+
+    pub async fn send_raw(&self, payload: &[u8]) -> Reply {
+        match self.client.send(payload, Duration::from_secs(15)).await {
+            Decision::Replied(reply) => reply,
+            other => panic!("no reply: {other:?}"),
+        }
+    }
+
+    pub async fn messages(&self, session: &str) -> Vec<Stored> {
+        self.rows(
+            "SELECT seq, role, content, tool_calls, tool_call_id, is_summary, chars::bigint AS chars
+             FROM messages WHERE session_id = $1 ORDER BY seq",
+            session,
+        )
+        .await
+    }
+
+    pub async fn archived(&self, session: &str) -> Vec<Stored> {
+        self.rows(
+            "SELECT seq, role, content, tool_calls, tool_call_id, is_summary, chars::bigint AS chars
+             FROM archived_messages WHERE session_id = $1 ORDER BY seq, compaction_id",
+            session,
+        )
+        .await
+    }
+
+    async fn rows(&self, sql: &'static str, session: &str) -> Vec<Stored> {
+        sqlx::query(sql)
+            .bind(session)
+            .fetch_all(&self.db)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| Stored {
+                seq: r.get("seq"),
+                role: r.get("role"),
+                content: r.get("content"),
+                tool_calls: r.get("tool_calls"),
+                tool_call_id: r.get("tool_call_id"),
+                is_summary: r.get("is_summary"),
+                chars: r.get("chars"),
+            })
+            .collect()
+    }
+
+    /// `(id, model, prompt_tokens, completion_tokens, metadata)` of the session's usage events.
+    pub async fn usage_events(
+        &self,
+        session: &str,
+    ) -> Vec<(i64, String, Option<i32>, Option<i32>, Value)> {
+        sqlx::query_as(
+            "SELECT id, model, prompt_tokens, completion_tokens, metadata
+             FROM usage_events WHERE session_id = $1 ORDER BY id",
+        )
+        .bind(session)
+        .fetch_all(&self.db)
+        .await
+        .unwrap()
+    }
+
+    pub async fn lease_owner(&self, session: &str) -> Option<String> {
+        sqlx::query_scalar("SELECT lease_owner FROM sessions WHERE session_id = $1")
+            .bind(session)
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
+    }
+
+    /// `GET /stats`, parsed.
+    pub async fn stats(&self) -> Value {
+        reqwest::get(format!("http://{}/stats", self.http_addr))
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// The fake LLM answers every request with `summary` after `delay`.
+    pub async fn llm_answers(&self, summary: &str, delay: Duration) {
+        Mock::given(method("POST"))
+            .and(path("/chat/completions"))
+            .respond_with(completion(summary).set_delay(delay))
+            .mount(&self.llm)
+            .await;
+    }
+
+    pub async fn llm_requests(&self) -> usize {
+        self.llm.received_requests().await.map_or(0, |r| r.len())
+    }
+
+    /// Waits (bounded) until the fake LLM has received `n` requests: a barrier on the
+    /// worker being inside its LLM call.
+    pub async fn until_llm_called(&self, n: usize) {
+        let llm = &self.llm;
+        eventually("the LLM to be called", || async move {
+            llm.received_requests().await.map_or(0, |r| r.len()) >= n
+        })
+        .await;
+    }
+
+    /// Stops the worker as SIGTERM would and waits for it to finish.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.worker.await.unwrap().unwrap();
+    }
+}
+
+/// A chat completion whose message is `summary`, with token usage.
+pub fn completion(summary: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "chatcmpl-test",
+        "model": "fake-model-2026",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": summary}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 812, "completion_tokens": 64, "total_tokens": 876}
+    }))
+}
+
+/// Polls `condition` every 10 ms until it holds; panics after 10 s.
+pub async fn eventually<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !condition().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,14 @@
+//! Integration tests against the real Postgres (127.0.0.1:5432) and NATS (127.0.0.1:4222),
+//! with wiremock as the LLM. One binary; each test gets its own database and subject.
+
+// Test helpers panic on purpose: a failed setup step is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod client;
+mod compaction;
+mod concurrency;
+mod helpers;
+mod llm;
+mod process;
+mod rejects;
+mod skips;

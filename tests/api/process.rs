@@ -1,0 +1,158 @@
+//! The real binary: configuration errors, secrets in logs, SIGTERM, and the demo.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use summarizer::client::{Decision, TurnClient};
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::helpers::{
+    API_KEY, NATS_URL, eventually, fresh_database, test_env, unique_database_name, unique_subject,
+};
+
+/// The binary with a clean environment, run from an empty directory (no `.env`).
+fn summarizer(args: &[&str]) -> tokio::process::Command {
+    let dir = std::env::temp_dir().join(format!("summarizer-test-{:08x}", fastrand::u32(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_summarizer"));
+    command
+        .args(args)
+        .env_clear()
+        .current_dir(dir)
+        .kill_on_drop(true);
+    command
+}
+
+#[tokio::test]
+async fn invalid_settings_stop_the_worker_with_exit_code_64_naming_the_setting() {
+    let cases = [
+        ("SUMMARIZATION_KEEP_CHARS", "70000"),
+        ("WORKER_CONCURRENCY", "0"),
+        ("SUMMARIZATION_THRESHOLD_CHARS", "sixty thousand"),
+        ("LLM_PROVIDER", "carrier-pigeon"),
+    ];
+    for (setting, value) in cases {
+        let output = summarizer(&["worker"])
+            .env(setting, value)
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(64),
+            "{setting}={value}: {stderr}"
+        );
+        assert!(stderr.contains(setting), "{stderr}");
+    }
+    let output = summarizer(&["worker"])
+        .env("LLM_PROVIDER", "openai")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("LLM_API_KEY"));
+}
+
+#[tokio::test]
+async fn the_api_key_never_reaches_the_logs_and_sigterm_exits_cleanly() {
+    let database_url = fresh_database().await;
+    let subject = unique_subject();
+    let llm = MockServer::start().await;
+    // A misbehaving proxy that echoes the key back in its error body.
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(502).set_body_string(format!("bad gateway for key {API_KEY}")),
+        )
+        .mount(&llm)
+        .await;
+    let log_path = std::env::temp_dir().join(format!("summarizer-log-{:08x}", fastrand::u32(..)));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut worker = summarizer(&["worker"])
+        .envs(test_env(&database_url, &subject, &llm.uri()))
+        .env("RUST_LOG", "debug")
+        .env("LLM_MAX_RETRIES", "2")
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap();
+
+    let nats = async_nats::connect(NATS_URL).await.unwrap();
+    let client = TurnClient::new(nats, subject);
+    // The worker is up (and has migrated) once it answers.
+    eventually("the worker to serve", || async {
+        matches!(
+            client.turn_starting("probe", Duration::from_secs(5)).await,
+            Decision::Replied(_)
+        )
+    })
+    .await;
+    let db = sqlx::PgPool::connect(&database_url).await.unwrap();
+    for n in 0..12 {
+        sqlx::query("INSERT INTO messages (session_id, role, content) VALUES ('s', $1, $2)")
+            .bind(if n % 2 == 0 { "user" } else { "assistant" })
+            .bind(crate::helpers::filler(400))
+            .execute(&db)
+            .await
+            .unwrap();
+    }
+    let decision = client.turn_starting("s", Duration::from_secs(10)).await;
+    assert_eq!(decision.reason(), "llm_error", "{decision:?}");
+    assert!(
+        llm.received_requests().await.unwrap().len() >= 3,
+        "the key was sent and echoed"
+    );
+
+    let pid = worker.id().unwrap().to_string();
+    let killed = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), worker.wait())
+        .await
+        .expect("exits within the grace period")
+        .unwrap();
+
+    let logs = std::fs::read_to_string(&log_path).unwrap();
+    std::fs::remove_file(&log_path).unwrap();
+    assert!(status.success(), "exit status {status}: {logs}");
+    assert!(logs.contains("worker stopped"), "{logs}");
+    assert!(
+        logs.contains("bad gateway for key [redacted]"),
+        "the echo was logged, scrubbed"
+    );
+    assert!(!logs.contains(API_KEY), "the API key leaked into the logs");
+}
+
+#[tokio::test]
+async fn the_demo_runs_end_to_end_and_exits_zero() {
+    let database_url = format!(
+        "postgres://postgres@127.0.0.1:5432/{}",
+        unique_database_name()
+    );
+    let output = tokio::time::timeout(
+        Duration::from_secs(90),
+        summarizer(&["demo"])
+            .env("DATABASE_URL", &database_url)
+            .env("NATS_URL", NATS_URL)
+            .output(),
+    )
+    .await
+    .expect("the demo finishes within 90 s")
+    .unwrap();
+
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("created the database"));
+    assert!(stdout.contains("history before the first compaction"));
+    assert!(stdout.contains("**Investigating:**"));
+    assert!(stdout.contains("total_summarizations"));
+    assert!(stdout.contains("demo done"));
+}
