@@ -66,6 +66,21 @@ impl Message {
         self.role == Role::User && !self.is_summary
     }
 
+    /// A plain message for tests: no tool calls, not a summary, `chars` as the
+    /// database would compute it.
+    #[cfg(test)]
+    pub(crate) fn text(role: Role, content: &str) -> Self {
+        Self {
+            seq: 0,
+            role,
+            content: content.to_owned(),
+            tool_calls: None,
+            tool_call_id: None,
+            is_summary: false,
+            chars: char_count(content),
+        }
+    }
+
     /// The ids of the tool calls this message makes. Entries without a string `id` are
     /// skipped: stored data is the agent's, and odd shapes must not stop a compaction.
     pub fn tool_call_ids(&self) -> impl Iterator<Item = &str> {

@@ -293,10 +293,12 @@ impl PgStore {
         .await?;
         let seqs: Vec<i64> = archived.try_get("seqs")?;
         let chars: Vec<i64> = archived.try_get("chars")?;
-        if seqs != summary.removed_seqs || chars != summary.removed_chars {
-            // Dropping the transaction rolls it back.
-            return Err(CommitError::PrefixChanged);
-        }
+        // Dropping the transaction rolls it back. (An empty plan never reaches here: the
+        // planner always removes something; were it to, nothing would be written.)
+        let first_seq = match seqs.first() {
+            Some(&first) if seqs == summary.removed_seqs && chars == summary.removed_chars => first,
+            _ => return Err(CommitError::PrefixChanged),
+        };
 
         // The summary takes the first removed message's seq: before every kept message,
         // and after any system message that preceded the old part.
@@ -305,7 +307,7 @@ impl PgStore {
              VALUES ($1, $2, 'user', $3, true)",
         )
         .bind(summary.session_id)
-        .bind(seqs[0])
+        .bind(first_seq)
         .bind(summary.text)
         .execute(&mut *tx)
         .await?;

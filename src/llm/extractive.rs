@@ -275,15 +275,7 @@ mod tests {
     use crate::summary;
 
     fn msg(role: Role, content: &str) -> Message {
-        Message {
-            seq: 0,
-            role,
-            content: content.to_owned(),
-            tool_calls: None,
-            tool_call_id: None,
-            is_summary: false,
-            chars: char_count(content),
-        }
+        Message::text(role, content)
     }
 
     fn incident() -> Vec<Message> {

@@ -72,15 +72,7 @@ mod tests {
     use super::*;
 
     fn msg(role: Role, content: &str) -> Message {
-        Message {
-            seq: 0,
-            role,
-            content: content.to_owned(),
-            tool_calls: None,
-            tool_call_id: None,
-            is_summary: false,
-            chars: 0,
-        }
+        Message::text(role, content)
     }
 
     #[test]

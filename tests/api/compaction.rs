@@ -148,10 +148,7 @@ async fn appends_during_summarization_are_kept_after_the_summary() {
     app.llm_answers(SUMMARY, Duration::from_millis(800)).await;
     app.append_turns("s", 5).await;
 
-    let pending = tokio::spawn({
-        let client = app.client.clone();
-        async move { client.turn_starting("s", Duration::from_secs(15)).await }
-    });
+    let pending = app.turn_starting_in_background("s");
     app.until_llm_called(1).await;
     app.append(
         "s",
@@ -182,10 +179,7 @@ async fn a_prefix_changed_during_summarization_writes_nothing() {
     app.llm_answers(SUMMARY, Duration::from_millis(800)).await;
     app.append_turns("s", 5).await;
 
-    let pending = tokio::spawn({
-        let client = app.client.clone();
-        async move { client.turn_starting("s", Duration::from_secs(15)).await }
-    });
+    let pending = app.turn_starting_in_background("s");
     app.until_llm_called(1).await;
     // An operator edits an old message while the LLM is working.
     sqlx::query("UPDATE messages SET content = 'redacted' WHERE session_id = 's' AND seq = (SELECT min(seq) FROM messages WHERE session_id = 's')")

@@ -10,10 +10,7 @@ async fn a_second_request_during_a_compaction_is_busy() {
     app.llm_answers(SUMMARY, Duration::from_millis(800)).await;
     app.append_turns("s", 5).await;
 
-    let first = tokio::spawn({
-        let client = app.client.clone();
-        async move { client.turn_starting("s", Duration::from_secs(15)).await }
-    });
+    let first = app.turn_starting_in_background("s");
     app.until_llm_called(1).await;
     let second = app.turn_starting("s").await;
     let first = first.await.unwrap();
@@ -34,10 +31,7 @@ async fn simultaneous_requests_compact_a_session_exactly_once() {
     app.append_turns("s", 5).await;
 
     let requests: Vec<_> = (0..8)
-        .map(|_| {
-            let client = app.client.clone();
-            tokio::spawn(async move { client.turn_starting("s", Duration::from_secs(15)).await })
-        })
+        .map(|_| app.turn_starting_in_background("s"))
         .collect();
     let mut compacted = 0;
     for request in requests {

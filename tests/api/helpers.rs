@@ -230,6 +230,17 @@ impl TestApp {
         }
     }
 
+    /// Sends the request from a task, for a test to act while the worker is busy with it.
+    pub fn turn_starting_in_background(&self, session: &str) -> JoinHandle<Decision> {
+        let client = self.client.clone();
+        let session = session.to_owned();
+        tokio::spawn(async move {
+            client
+                .turn_starting(&session, Duration::from_secs(15))
+                .await
+        })
+    }
+
     pub async fn send_raw(&self, payload: &[u8]) -> Reply {
         match self.client.send(payload, Duration::from_secs(15)).await {
             Decision::Replied(reply) => reply,
