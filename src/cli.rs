@@ -1,4 +1,4 @@
-//! The `summarizer` command line: `worker`, `migrate`, `stats`, `turn` and `demo`.
+//! The `summarizer` command line: `worker`, `migrate`, `stats`, `check`, `turn` and `demo`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +12,7 @@ use crate::app::Application;
 use crate::client::{Decision, TurnClient};
 use crate::config::{Settings, redact_url};
 use crate::store::{PgStore, Stats};
-use crate::{demo, telemetry};
+use crate::{check, demo, telemetry};
 
 /// Exit code for a configuration error (sysexits' EX_USAGE).
 pub const EXIT_CONFIG: u8 = 64;
@@ -40,6 +40,13 @@ enum Command {
     /// Print the compaction aggregates.
     Stats {
         /// Print `{"summary": {...}}`, as `GET /stats` answers.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the whole database's invariants (nothing lost, duplicated or misplaced);
+    /// exit 1 when one is broken.
+    Check {
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -113,6 +120,17 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::json!({ "summary": stats }));
             } else {
                 print!("{}", stats_table(&stats));
+            }
+        }
+        Command::Check { json } => {
+            let report = check::run(&store(&settings)?).await.context("checking")?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{report}");
+            }
+            if !report.is_clean() {
+                return Ok(ExitCode::FAILURE);
             }
         }
         Command::Turn {

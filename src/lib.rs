@@ -19,9 +19,11 @@
 //! - [`transport`]: the NATS queue-group loop, bounded, with drain on shutdown.
 //! - [`client`]: what Rust agents call before a turn; never fails, always "proceed".
 //! - [`http`]: `GET /stats` and `GET /healthz`.
+//! - [`check`]: invariants over the whole database (`summarizer check`).
 //! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands.
 
 pub mod app;
+pub mod check;
 pub mod cli;
 pub mod client;
 pub mod config;

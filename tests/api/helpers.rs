@@ -308,6 +308,13 @@ impl TestApp {
             .unwrap()
     }
 
+    /// `summarizer check` over this test's database.
+    pub async fn check(&self) -> summarizer::check::Report {
+        summarizer::check::run(&summarizer::store::PgStore::from_pool(self.db.clone()))
+            .await
+            .unwrap()
+    }
+
     /// `GET /stats`, parsed.
     pub async fn stats(&self) -> Value {
         reqwest::get(format!("http://{}/stats", self.http_addr))
