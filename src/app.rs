@@ -1,67 +1,66 @@
-//! Wiring: builds a worker from [`Settings`] (database, migrations, summarizer, NATS,
-//! HTTP) and runs it until a shutdown signal.
+//! Wiring: builds a worker from [`Settings`] and runs it until a shutdown signal.
+//!
+//! Building never waits on a service. Running starts HTTP first (so `/readyz` can say
+//! "not ready"), then waits with backoff for Postgres (migrations) and NATS, subscribes,
+//! and serves. A worker started before its services therefore comes up by itself.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use sqlx::migrate::MigrateError;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Settings, redact_url};
-use crate::store::PgStore;
-use crate::transport::Server;
+use crate::health::Health;
+use crate::store::{PgStore, is_unreachable};
+use crate::transport::{self, Server};
 use crate::worker::{Policy, Worker};
 use crate::{http, llm};
 
+/// Waits between attempts to reach a service at start, doubling up to this.
+const MAX_START_RETRY_WAIT: Duration = Duration::from_secs(5);
+
 pub struct Application {
+    settings: Settings,
     store: PgStore,
-    server: Server,
+    worker: Arc<Worker>,
+    health: Arc<Health>,
     http: Option<TcpListener>,
 }
 
 impl Application {
-    /// Connects to Postgres and runs the migrations, connects to NATS and subscribes, and
-    /// binds the HTTP listener. When this returns, the worker is receiving events.
+    /// Validates the wiring and binds the HTTP listener; connects to nothing yet.
     ///
     /// # Errors
-    /// When a service is unreachable, a migration fails or the HTTP address is taken.
+    /// When `DATABASE_URL` is not a Postgres URL, the summarizer cannot be built, or the
+    /// HTTP address is taken.
     pub async fn build(settings: &Settings) -> anyhow::Result<Self> {
         tracing::info!("effective configuration: {}", settings.redacted());
+        if settings.lease_duration <= settings.llm.deadline {
+            tracing::warn!(
+                "LEASE_DURATION_MS is not longer than LLM_DEADLINE_MS: a slow LLM call may \
+                 outlive its lease and another worker pay for the same summary (fencing keeps \
+                 the result correct)"
+            );
+        }
         let store = PgStore::connect_lazy(
             settings.database_url.expose(),
             settings.database_max_connections,
+            settings.database_acquire_timeout,
         )
         .context("DATABASE_URL")?;
-        store.migrate().await.with_context(|| {
-            format!(
-                "running migrations on {}",
-                redact_url(settings.database_url.expose())
-            )
-        })?;
-
         let summarizer = llm::from_settings(&settings.llm)?;
         let policy = Policy {
             enabled: settings.enabled,
             limits: settings.limits,
             lease_duration: settings.lease_duration,
+            failure_backoff: settings.failure_backoff,
+            failure_backoff_max: settings.failure_backoff_max,
         };
         let worker = Arc::new(Worker::new(store.clone(), Arc::from(summarizer), policy));
-
-        let nats_url = settings.nats_url.expose();
-        let client = async_nats::ConnectOptions::new()
-            .name("summarizer-worker")
-            .connect(nats_url)
-            .await
-            .with_context(|| format!("connecting to NATS at {}", redact_url(nats_url)))?;
-        let subscriber = client
-            .queue_subscribe(settings.subject.clone(), settings.queue_group.clone())
-            .await
-            .context("subscribing")?;
-        // The server has the subscription once the flush returns: events sent from now on
-        // reach this worker.
-        client.flush().await.context("subscribing")?;
-
         let http = match settings.http_addr {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -70,24 +69,11 @@ impl Application {
             ),
             None => None,
         };
-        tracing::info!(
-            worker = worker.id(),
-            subject = %settings.subject,
-            queue_group = %settings.queue_group,
-            concurrency = settings.concurrency,
-            http = ?http.as_ref().and_then(|l| l.local_addr().ok()),
-            "worker ready"
-        );
-        let server = Server {
-            client,
-            subscriber,
-            worker,
-            concurrency: settings.concurrency,
-            shutdown_grace: settings.shutdown_grace,
-        };
         Ok(Self {
+            settings: settings.clone(),
             store,
-            server,
+            worker,
+            health: Arc::default(),
             http,
         })
     }
@@ -101,28 +87,106 @@ impl Application {
         &self.store
     }
 
+    pub fn health(&self) -> Arc<Health> {
+        self.health.clone()
+    }
+
     /// Serves until `shutdown` fires, then drains: see [`Server::run`].
     ///
     /// # Errors
-    /// When the HTTP server fails.
-    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let http = self.http.map(|listener| {
-            let router = http::router(self.store.clone());
-            let stop = shutdown.clone().cancelled_owned();
+    /// When a service refuses the worker for good (bad NATS credentials, a failed
+    /// migration) or the HTTP server fails.
+    pub async fn run_until_stopped(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        // HTTP stops with the worker, also when the worker stops on an error.
+        let stop_http = shutdown.child_token();
+        let http = self.http.take().map(|listener| {
+            let router = http::router(self.store.clone(), self.health.clone());
+            let stop = stop_http.clone().cancelled_owned();
             tokio::spawn(async move {
                 axum::serve(listener, router)
                     .with_graceful_shutdown(stop)
                     .await
             })
         });
-        self.server.run(shutdown).await;
+        let served = self.serve(&shutdown).await;
+        stop_http.cancel();
         if let Some(http) = http {
             http.await
                 .context("HTTP server task")?
                 .context("HTTP server")?;
         }
         self.store.pool().close().await;
+        served?;
         tracing::info!("worker stopped");
         Ok(())
+    }
+
+    async fn serve(&self, shutdown: &CancellationToken) -> anyhow::Result<()> {
+        if !self.migrate(shutdown).await? {
+            return Ok(());
+        }
+        let settings = &self.settings;
+        let Some(client) = transport::connect(settings, "summarizer-worker", shutdown).await?
+        else {
+            return Ok(());
+        };
+        let subscriber = client
+            .queue_subscribe(settings.subject.clone(), settings.queue_group.clone())
+            .await
+            .context("subscribing")?;
+        // The server has the subscription once the flush returns: events sent from now on
+        // reach this worker.
+        client.flush().await.context("subscribing")?;
+        self.health.set_subscribed(client.clone());
+        tracing::info!(
+            worker = self.worker.id(),
+            subject = %settings.subject,
+            queue_group = %settings.queue_group,
+            concurrency = settings.concurrency,
+            "worker ready"
+        );
+        let server = Server {
+            client,
+            subscriber,
+            worker: self.worker.clone(),
+            health: self.health.clone(),
+            concurrency: settings.concurrency,
+            shutdown_grace: settings.shutdown_grace,
+        };
+        server.run(shutdown.clone()).await;
+        Ok(())
+    }
+
+    /// Applies the migrations, waiting with backoff while Postgres is unreachable.
+    /// Returns false when `shutdown` fired first.
+    async fn migrate(&self, shutdown: &CancellationToken) -> anyhow::Result<bool> {
+        let url = redact_url(self.settings.database_url.expose());
+        let mut wait = Duration::from_millis(100);
+        loop {
+            let error = match self.store.migrate().await {
+                Ok(()) => {
+                    self.health.set_migrated();
+                    return Ok(true);
+                }
+                Err(e) => e,
+            };
+            let unreachable = match &error {
+                MigrateError::Execute(e) => is_unreachable(e),
+                _ => false,
+            };
+            if !unreachable {
+                return Err(error).with_context(|| format!("running migrations on {url}"));
+            }
+            tracing::warn!(
+                retry_in_ms = wait.as_millis() as u64,
+                "Postgres at {url} unreachable, retrying: {}",
+                crate::error_chain(&error)
+            );
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = shutdown.cancelled() => return Ok(false),
+            }
+            wait = (wait * 2).min(MAX_START_RETRY_WAIT);
+        }
     }
 }

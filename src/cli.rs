@@ -12,7 +12,7 @@ use crate::app::Application;
 use crate::client::{Decision, TurnClient};
 use crate::config::{Settings, redact_url};
 use crate::store::{PgStore, Stats};
-use crate::{check, demo, telemetry};
+use crate::{check, demo, telemetry, transport};
 
 /// Exit code for a configuration error (sysexits' EX_USAGE).
 pub const EXIT_CONFIG: u8 = 64;
@@ -137,7 +137,9 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             session_id,
             timeout_ms,
         } => {
-            let nats = async_nats::connect(settings.nats_url.expose())
+            let nats = transport::connect_options(&settings, "summarizer-turn")
+                .await?
+                .connect(settings.nats_url.expose())
                 .await
                 .context("connecting to NATS")?;
             let client = TurnClient::new(nats, settings.subject.clone());
@@ -152,7 +154,12 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
 }
 
 fn store(settings: &Settings) -> anyhow::Result<PgStore> {
-    PgStore::connect_lazy(settings.database_url.expose(), 1).context("DATABASE_URL")
+    PgStore::connect_lazy(
+        settings.database_url.expose(),
+        1,
+        settings.database_acquire_timeout,
+    )
+    .context("DATABASE_URL")
 }
 
 /// Prints the reply as JSON (exit 0), or why there was none (exit 1). Either way the

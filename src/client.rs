@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use async_nats::RequestErrorKind;
+use async_nats::connection::State;
 
 use crate::outcome::Status;
 use crate::protocol::{Reply, Request};
@@ -68,6 +69,11 @@ impl TurnClient {
     /// Sends `payload` as it is: for tools and tests that need to send what a careless
     /// agent might.
     pub async fn send(&self, payload: &[u8], timeout: Duration) -> Decision {
+        // While reconnecting, a request would wait out its whole timeout in the client's
+        // buffer; the agent is better served by proceeding now.
+        if self.nats.connection_state() != State::Connected {
+            return Decision::Unavailable("not connected to NATS".to_owned());
+        }
         let request = async_nats::Request::new()
             .payload(payload.to_vec().into())
             .timeout(Some(timeout));

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -135,13 +135,33 @@ pub struct LlmSettings {
     pub deadline: Duration,
 }
 
+/// How the worker authenticates to NATS and secures the connection. A user and password
+/// may also sit in `NATS_URL` (`nats://user:password@host:4222`).
+#[derive(Clone, Debug, Default)]
+pub struct NatsAuth {
+    pub user: Option<String>,
+    pub password: Secret,
+    pub token: Secret,
+    /// A `.creds` file (JWT and nkey seed).
+    pub creds_file: Option<PathBuf>,
+    /// Extra root certificates (PEM) to trust for the server's certificate.
+    pub tls_ca_file: Option<PathBuf>,
+    /// A client certificate and key (PEM), for servers that verify clients.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    pub tls_required: bool,
+}
+
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub enabled: bool,
     pub limits: Limits,
     pub database_url: Secret,
     pub database_max_connections: u32,
+    /// How long a query waits for a pooled connection before failing with `store_error`.
+    pub database_acquire_timeout: Duration,
     pub nats_url: Secret,
+    pub nats_auth: NatsAuth,
     pub subject: String,
     pub queue_group: String,
     pub concurrency: usize,
@@ -150,6 +170,10 @@ pub struct Settings {
     pub llm: LlmSettings,
     /// How long a session lease lasts before another worker may take it over.
     pub lease_duration: Duration,
+    /// After an LLM failure a session waits this long before it is summarized again,
+    /// doubling with each further failure up to `failure_backoff_max`. Zero: no backoff.
+    pub failure_backoff: Duration,
+    pub failure_backoff_max: Duration,
     /// How long SIGTERM waits for in-flight events before giving up on them.
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
@@ -165,7 +189,16 @@ pub const DEFAULTS: &[(&str, &str)] = &[
         "postgres://postgres@127.0.0.1:5432/summarizer",
     ),
     ("DATABASE_MAX_CONNECTIONS", "10"),
+    ("DATABASE_ACQUIRE_TIMEOUT_MS", "5000"),
     ("NATS_URL", "nats://127.0.0.1:4222"),
+    ("NATS_USER", ""),
+    ("NATS_PASSWORD", ""),
+    ("NATS_TOKEN", ""),
+    ("NATS_CREDS_FILE", ""),
+    ("NATS_TLS_CA_FILE", ""),
+    ("NATS_TLS_CERT_FILE", ""),
+    ("NATS_TLS_KEY_FILE", ""),
+    ("NATS_TLS_REQUIRED", "false"),
     ("NATS_SUBJECT", "summarizer.turn.starting"),
     ("NATS_QUEUE_GROUP", "summarizer-workers"),
     ("WORKER_CONCURRENCY", "32"),
@@ -181,6 +214,8 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     ("LLM_RETRY_AFTER_CAP_MS", "30000"),
     ("LLM_DEADLINE_MS", "90000"),
     ("LEASE_DURATION_MS", "120000"),
+    ("FAILURE_BACKOFF_MS", "60000"),
+    ("FAILURE_BACKOFF_MAX_MS", "900000"),
     ("SHUTDOWN_GRACE_MS", "30000"),
     ("LOG_FORMAT", "text"),
 ];
@@ -286,12 +321,25 @@ impl Settings {
             limits,
             database_url: Secret::new(get("DATABASE_URL")?.trim()),
             database_max_connections: raw.parse("DATABASE_MAX_CONNECTIONS")?,
+            database_acquire_timeout: millis("DATABASE_ACQUIRE_TIMEOUT_MS")?,
             nats_url: Secret::new(get("NATS_URL")?.trim()),
+            nats_auth: NatsAuth {
+                user: optional(get("NATS_USER")?),
+                password: Secret::new(get("NATS_PASSWORD")?.trim()),
+                token: Secret::new(get("NATS_TOKEN")?.trim()),
+                creds_file: optional(get("NATS_CREDS_FILE")?).map(PathBuf::from),
+                tls_ca_file: optional(get("NATS_TLS_CA_FILE")?).map(PathBuf::from),
+                tls_cert_file: optional(get("NATS_TLS_CERT_FILE")?).map(PathBuf::from),
+                tls_key_file: optional(get("NATS_TLS_KEY_FILE")?).map(PathBuf::from),
+                tls_required: raw.parse("NATS_TLS_REQUIRED")?,
+            },
             subject: get("NATS_SUBJECT")?.trim().to_owned(),
             queue_group: get("NATS_QUEUE_GROUP")?.trim().to_owned(),
             concurrency: raw.parse("WORKER_CONCURRENCY")?,
             http_addr,
             lease_duration: millis("LEASE_DURATION_MS")?,
+            failure_backoff: Duration::from_millis(raw.parse("FAILURE_BACKOFF_MS")?),
+            failure_backoff_max: Duration::from_millis(raw.parse("FAILURE_BACKOFF_MAX_MS")?),
             shutdown_grace: millis("SHUTDOWN_GRACE_MS")?,
             log_format: raw.parse("LOG_FORMAT")?,
             llm,
@@ -305,16 +353,36 @@ impl Settings {
         non_empty("NATS_URL", settings.nats_url.expose())?;
         non_empty("NATS_SUBJECT", &settings.subject)?;
         non_empty("NATS_QUEUE_GROUP", &settings.queue_group)?;
-        // A lease that runs out while its holder is still inside the LLM call lets a second
-        // worker pay for the same summary; fencing keeps that safe but not cheap.
-        if settings.lease_duration <= settings.llm.deadline {
+        let auth = &settings.nats_auth;
+        if auth.user.is_some() != !auth.password.is_empty() {
             return Err(ConfigError::invalid(
-                "LEASE_DURATION_MS",
-                format!(
-                    "must be longer than LLM_DEADLINE_MS ({} ms), got {} ms",
-                    settings.llm.deadline.as_millis(),
-                    settings.lease_duration.as_millis()
-                ),
+                "NATS_PASSWORD",
+                "NATS_USER and NATS_PASSWORD go together",
+            ));
+        }
+        if auth.tls_cert_file.is_some() != auth.tls_key_file.is_some() {
+            return Err(ConfigError::invalid(
+                "NATS_TLS_KEY_FILE",
+                "NATS_TLS_CERT_FILE and NATS_TLS_KEY_FILE go together",
+            ));
+        }
+        for (name, file) in [
+            ("NATS_CREDS_FILE", &auth.creds_file),
+            ("NATS_TLS_CA_FILE", &auth.tls_ca_file),
+            ("NATS_TLS_CERT_FILE", &auth.tls_cert_file),
+            ("NATS_TLS_KEY_FILE", &auth.tls_key_file),
+        ] {
+            if let Some(file) = file.as_ref().filter(|f| !f.is_file()) {
+                return Err(ConfigError::invalid(
+                    name,
+                    format!("{} is not a readable file", file.display()),
+                ));
+            }
+        }
+        if settings.failure_backoff_max < settings.failure_backoff {
+            return Err(ConfigError::invalid(
+                "FAILURE_BACKOFF_MAX_MS",
+                "must not be smaller than FAILURE_BACKOFF_MS",
             ));
         }
         Ok(settings)
@@ -328,7 +396,9 @@ impl Settings {
              database_max_connections={} nats_url={} subject={} queue_group={} concurrency={} \
              http_addr={} llm_provider={:?} llm_base_url={} llm_model={} llm_api_key={:?} \
              llm_timeout_ms={} llm_max_retries={} llm_deadline_ms={} lease_duration_ms={} \
-             shutdown_grace_ms={} log_format={:?}",
+             shutdown_grace_ms={} log_format={:?} nats_user={:?} nats_password={:?} nats_token={:?} \
+             nats_creds_file={:?} nats_tls_required={} failure_backoff_ms={} \
+             failure_backoff_max_ms={} database_acquire_timeout_ms={}",
             self.enabled,
             self.limits.threshold_chars,
             self.limits.keep_chars,
@@ -350,6 +420,14 @@ impl Settings {
             self.lease_duration.as_millis(),
             self.shutdown_grace.as_millis(),
             self.log_format,
+            self.nats_auth.user,
+            self.nats_auth.password,
+            self.nats_auth.token,
+            self.nats_auth.creds_file,
+            self.nats_auth.tls_required,
+            self.failure_backoff.as_millis(),
+            self.failure_backoff_max.as_millis(),
+            self.database_acquire_timeout.as_millis(),
         )
     }
 }
@@ -414,6 +492,12 @@ fn positive<T: PartialOrd + Default + fmt::Display>(
             format!("must be greater than zero, got {value}"),
         ))
     }
+}
+
+/// `None` for an empty (unset) value.
+fn optional(value: String) -> Option<String> {
+    let value = value.trim();
+    (!value.is_empty()).then(|| value.to_owned())
 }
 
 fn non_empty(name: &'static str, value: &str) -> Result<(), ConfigError> {
@@ -499,7 +583,12 @@ mod tests {
                 "SUMMARIZATION_ENABLED",
             ),
             (&[("HTTP_ADDR", "nowhere")], "HTTP_ADDR"),
-            (&[("LEASE_DURATION_MS", "1000")], "LEASE_DURATION_MS"),
+            (&[("NATS_USER", "bot")], "NATS_PASSWORD"),
+            (
+                &[("NATS_CREDS_FILE", "/nonexistent.creds")],
+                "NATS_CREDS_FILE",
+            ),
+            (&[("FAILURE_BACKOFF_MS", "-1")], "FAILURE_BACKOFF_MS"),
         ];
         for (env, setting) in cases {
             let err = load(env).expect_err(setting);
@@ -558,12 +647,17 @@ mod tests {
             ("LLM_API_KEY", "sk-very-secret"),
             ("DATABASE_URL", "postgres://app:hunter2@db:5432/summarizer"),
             ("NATS_URL", "nats://bot:natspass@nats:4222"),
+            ("NATS_USER", "bot"),
+            ("NATS_PASSWORD", "other-nats-pass"),
+            ("NATS_TOKEN", "nats-token-value"),
         ])
         .unwrap();
         for text in [format!("{s:?}"), s.redacted()] {
             assert!(!text.contains("sk-very-secret"), "{text}");
             assert!(!text.contains("hunter2"), "{text}");
             assert!(!text.contains("natspass"), "{text}");
+            assert!(!text.contains("other-nats-pass"), "{text}");
+            assert!(!text.contains("nats-token-value"), "{text}");
         }
         assert!(
             s.redacted()

@@ -58,10 +58,20 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
     }
     let app = Application::build(&settings).await?;
     let store = app.store().clone();
+    let health = app.health();
     let shutdown = CancellationToken::new();
-    let worker = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let mut worker = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    tokio::select! {
+        () = health.wait_until_ready(&store) => {}
+        stopped = &mut worker => {
+            stopped.context("worker task")??;
+            bail!("the worker stopped before it was ready");
+        }
+    }
 
-    let nats = async_nats::connect(settings.nats_url.expose())
+    let nats = crate::transport::connect_options(&settings, "summarizer-demo-agent")
+        .await?
+        .connect(settings.nats_url.expose())
         .await
         .context("connecting to NATS")?;
     let client = TurnClient::new(nats, settings.subject.clone());

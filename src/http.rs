@@ -1,5 +1,7 @@
 //! The small HTTP surface: `GET /stats` (the aggregates, as `summarizer stats` prints
-//! them) and `GET /healthz` (the process is up).
+//! them), `GET /healthz` (the process is up) and `GET /readyz` (it should get traffic).
+
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -8,18 +10,26 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
+use crate::health::Health;
 use crate::store::PgStore;
 
-pub fn router(store: PgStore) -> Router {
+#[derive(Clone)]
+struct AppState {
+    store: PgStore,
+    health: Arc<Health>,
+}
+
+pub fn router(store: PgStore, health: Arc<Health>) -> Router {
     Router::new()
         .route("/stats", get(stats))
         .route("/healthz", get(|| async { "ok" }))
-        .with_state(store)
+        .route("/readyz", get(readyz))
+        .with_state(AppState { store, health })
 }
 
 /// `{"summary": {"total_summarizations": N, "total_chars_compacted": N, ...}}`
-async fn stats(State(store): State<PgStore>) -> Response {
-    match store.stats().await {
+async fn stats(State(state): State<AppState>) -> Response {
+    match state.store.stats().await {
         Ok(stats) => Json(json!({ "summary": stats })).into_response(),
         Err(e) => {
             tracing::error!(error = %crate::error_chain(&e), "GET /stats failed");
@@ -27,4 +37,15 @@ async fn stats(State(store): State<PgStore>) -> Response {
             (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
         }
     }
+}
+
+/// 200 with the readiness checks when ready, 503 with them when not.
+async fn readyz(State(state): State<AppState>) -> Response {
+    let readiness = state.health.readiness(&state.store).await;
+    let status = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(readiness)).into_response()
 }

@@ -18,7 +18,7 @@
 //! - [`worker`]: one event start to finish ([`worker::Worker::process`]).
 //! - [`transport`]: the NATS queue-group loop, bounded, with drain on shutdown.
 //! - [`client`]: what Rust agents call before a turn; never fails, always "proceed".
-//! - [`http`]: `GET /stats` and `GET /healthz`.
+//! - [`http`]: `GET /stats`, `GET /healthz` and `GET /readyz`; [`health`]: readiness.
 //! - [`check`]: invariants over the whole database (`summarizer check`).
 //! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands.
 
@@ -28,6 +28,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod health;
 pub mod http;
 pub mod llm;
 pub mod message;

@@ -38,6 +38,8 @@ pub enum Reason {
     NoSafeBoundary,
     NothingToCompact,
     UnknownSession,
+    /// An LLM failure put the session in backoff (`FAILURE_BACKOFF_MS`).
+    BackingOff,
     Conflict,
     InProgress,
     LlmError,
@@ -59,6 +61,7 @@ impl Reason {
             Self::NoSafeBoundary => "no_safe_boundary",
             Self::NothingToCompact => "nothing_to_compact",
             Self::UnknownSession => "unknown_session",
+            Self::BackingOff => "backing_off",
             Self::Conflict => "conflict",
             Self::InProgress => "in_progress",
             Self::LlmError => "llm_error",

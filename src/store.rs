@@ -46,6 +46,8 @@ pub struct Counters {
     pub total_chars: i64,
     pub message_count: i64,
     pub human_turns: i64,
+    /// An LLM failure put the session in backoff, and it has not run out.
+    pub backing_off: bool,
 }
 
 /// Everything the commit transaction writes, planned before the LLM call.
@@ -90,11 +92,15 @@ impl PgStore {
     ///
     /// # Errors
     /// When `url` is not a valid Postgres URL.
-    pub fn connect_lazy(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+    pub fn connect_lazy(
+        url: &str,
+        max_connections: u32,
+        acquire_timeout: Duration,
+    ) -> Result<Self, StoreError> {
         let options = PgConnectOptions::from_str(url)?.application_name("summarizer");
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(acquire_timeout)
             .connect_lazy_with(options);
         Ok(Self { pool })
     }
@@ -151,13 +157,24 @@ impl PgStore {
         Ok(!exists)
     }
 
+    /// One round trip, for readiness probes.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     /// The session's counters: one primary-key read. `None` for a session with no row.
     ///
     /// # Errors
     /// When the database is unreachable.
     pub async fn counters(&self, session_id: &str) -> Result<Option<Counters>, StoreError> {
         let row = sqlx::query(
-            "SELECT total_chars, message_count, human_turns FROM sessions WHERE session_id = $1",
+            "SELECT total_chars, message_count, human_turns,
+                    coalesce(retry_at > now(), false) AS backing_off
+             FROM sessions WHERE session_id = $1",
         )
         .bind(session_id)
         .fetch_optional(&self.pool)
@@ -186,7 +203,7 @@ impl PgStore {
         )
         .bind(session_id)
         .bind(owner)
-        .bind(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX))
+        .bind(millis(duration))
         .execute(&self.pool)
         .await?;
         Ok(taken.rows_affected() == 1)
@@ -203,6 +220,36 @@ impl PgStore {
         )
         .bind(session_id)
         .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Gives the lease up after an LLM failure and puts the session in backoff: no
+    /// summarization before `base x 2^(failures so far)`, capped at `max`, has passed.
+    /// A zero `base` records the failure without a backoff.
+    ///
+    /// # Errors
+    /// When the database is unreachable; the lease then runs out by itself.
+    pub async fn record_failure(
+        &self,
+        session_id: &str,
+        owner: &str,
+        base: Duration,
+        max: Duration,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+                 failures = failures + 1,
+                 retry_at = CASE WHEN $3 > 0
+                     THEN now() + least($3 * power(2, failures), $4) * interval '1 millisecond'
+                 END
+             WHERE session_id = $1 AND lease_owner = $2",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .bind(millis(base))
+        .bind(millis(max))
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -241,7 +288,8 @@ impl PgStore {
         // Locks the session row first, so appends (whose trigger updates it) queue behind
         // this transaction instead of deadlocking with it.
         let fenced = sqlx::query(
-            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+                 failures = 0, retry_at = NULL
              WHERE session_id = $1 AND lease_owner = $2",
         )
         .bind(summary.session_id)
@@ -343,11 +391,29 @@ impl PgStore {
     }
 }
 
+/// Whether `error` means the database could not be reached (worth waiting for), as
+/// opposed to a statement that failed.
+pub fn is_unreachable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut => true,
+        // cannot_connect_now (starting up or shutting down), and connection exceptions.
+        sqlx::Error::Database(e) => e
+            .code()
+            .is_some_and(|code| code == "57P03" || code.starts_with("08")),
+        _ => false,
+    }
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
 fn counters_from(row: &PgRow) -> Result<Counters, sqlx::Error> {
     Ok(Counters {
         total_chars: row.try_get("total_chars")?,
         message_count: row.try_get::<i32, _>("message_count")?.into(),
         human_turns: row.try_get::<i32, _>("human_turns")?.into(),
+        backing_off: row.try_get("backing_off")?,
     })
 }
 

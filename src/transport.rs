@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::{Client, Subscriber};
+use anyhow::{Context, bail};
+use async_nats::{Client, ConnectErrorKind, ConnectOptions, Subscriber};
 use futures_util::StreamExt;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -15,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::config::{Settings, redact_url};
+use crate::health::Health;
 use crate::outcome::Outcome;
 use crate::protocol::{Reply, Request};
 use crate::worker::{Event, Worker, new_request_id};
@@ -23,6 +26,7 @@ pub struct Server {
     pub client: Client,
     pub subscriber: Subscriber,
     pub worker: Arc<Worker>,
+    pub health: Arc<Health>,
     pub concurrency: usize,
     pub shutdown_grace: Duration,
 }
@@ -88,6 +92,7 @@ impl Server {
     /// already sent here still arrive and are served. Returns when the grace period ends.
     async fn start_drain(&mut self) -> Instant {
         tracing::info!("draining: no new events; finishing in-flight ones");
+        self.health.set_draining();
         if let Err(e) = self.subscriber.drain().await {
             tracing::warn!(error = %e, "could not drain the subscription");
         }
@@ -136,5 +141,71 @@ async fn handle(worker: &Worker, client: &Client, message: async_nats::Message) 
         && let Err(e) = client.publish(to, reply.encode().into()).await
     {
         tracing::warn!(error = %e, "could not publish the reply");
+    }
+}
+
+/// The connect options `settings` ask for: name, authentication and TLS.
+///
+/// # Errors
+/// When the credentials file cannot be read.
+pub async fn connect_options(settings: &Settings, name: &str) -> anyhow::Result<ConnectOptions> {
+    let auth = &settings.nats_auth;
+    let mut options = ConnectOptions::new().name(name);
+    if let Some(path) = &auth.creds_file {
+        options = options
+            .credentials_file(path)
+            .await
+            .with_context(|| format!("NATS_CREDS_FILE: reading {}", path.display()))?;
+    }
+    if let Some(user) = &auth.user {
+        options = options.user_and_password(user.clone(), auth.password.expose().to_owned());
+    }
+    if !auth.token.is_empty() {
+        options = options.token(auth.token.expose().to_owned());
+    }
+    if let Some(ca) = &auth.tls_ca_file {
+        options = options.add_root_certificates(ca.clone());
+    }
+    if let (Some(cert), Some(key)) = (&auth.tls_cert_file, &auth.tls_key_file) {
+        options = options.add_client_certificate(cert.clone(), key.clone());
+    }
+    Ok(options.require_tls(auth.tls_required))
+}
+
+/// Connects to NATS, waiting with backoff while the server is unreachable (it may start
+/// after the worker). Returns `None` when `shutdown` fires first.
+///
+/// # Errors
+/// When retrying cannot help: bad credentials, a TLS failure, an unparsable URL.
+pub async fn connect(
+    settings: &Settings,
+    name: &str,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<Client>> {
+    let url = redact_url(settings.nats_url.expose());
+    let mut wait = Duration::from_millis(100);
+    loop {
+        let options = connect_options(settings, name).await?;
+        let error = match options.connect(settings.nats_url.expose()).await {
+            Ok(client) => return Ok(Some(client)),
+            Err(e) => e,
+        };
+        match error.kind() {
+            ConnectErrorKind::Io | ConnectErrorKind::TimedOut | ConnectErrorKind::Dns => {}
+            _ => bail!(
+                "connecting to NATS at {url}: {}",
+                crate::error_chain(&error)
+            ),
+        }
+        tracing::warn!(
+            retry_in_ms = wait.as_millis() as u64,
+            "NATS at {url} unreachable, retrying: {}",
+            crate::error_chain(&error)
+        );
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = shutdown.cancelled() => return Ok(None),
+        }
+        wait = (wait * 2).min(Duration::from_secs(5));
     }
 }

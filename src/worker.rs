@@ -24,6 +24,8 @@ pub struct Policy {
     pub enabled: bool,
     pub limits: Limits,
     pub lease_duration: Duration,
+    pub failure_backoff: Duration,
+    pub failure_backoff_max: Duration,
 }
 
 /// A validated event.
@@ -105,6 +107,9 @@ impl Worker {
         if counters.human_turns < 2 {
             return (Outcome::Skipped(Reason::TooFewTurns), chars);
         }
+        if counters.backing_off {
+            return (Outcome::Skipped(Reason::BackingOff), chars);
+        }
 
         let owner = format!("{}/{}", self.id, event.request_id);
         match self
@@ -117,12 +122,31 @@ impl Worker {
             Err(e) => return (store_failure(event, "taking the lease", &e), chars),
         }
         let outcome = self.compact(event, &owner).await;
-        if !matches!(outcome, Outcome::Compacted(_)) {
-            // The commit released it on success; otherwise it would block the session
-            // until it expires.
-            if let Err(e) = self.store.release_lease(&event.session_id, &owner).await {
-                tracing::warn!(error = %e, "[{}] could not release the lease; it will expire", event.request_id);
+        // The commit released the lease on success; otherwise it would block the session
+        // until it expires. An LLM failure also starts the session's backoff.
+        let released = match &outcome {
+            Outcome::Compacted(_) => Ok(()),
+            Outcome::Failed {
+                reason: Reason::LlmError,
+                ..
+            } => {
+                self.store
+                    .record_failure(
+                        &event.session_id,
+                        &owner,
+                        self.policy.failure_backoff,
+                        self.policy.failure_backoff_max,
+                    )
+                    .await
             }
+            _ => self.store.release_lease(&event.session_id, &owner).await,
+        };
+        if let Err(e) = released {
+            tracing::warn!(
+                "[{}] could not release the lease; it will expire: {}",
+                event.request_id,
+                crate::error_chain(&e)
+            );
         }
         (outcome, chars)
     }

@@ -85,8 +85,12 @@ pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
     let settings = Settings::from_sources(None, Some(env)).expect("test settings");
     let app = Application::build(&settings).await.expect("worker starts");
     let http_addr = app.http_addr().expect("HTTP listener");
+    let (health, store) = (app.health(), app.store().clone());
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    tokio::time::timeout(Duration::from_secs(10), health.wait_until_ready(&store))
+        .await
+        .expect("the worker is ready within 10 s");
     let nats = async_nats::connect(NATS_URL).await.expect("NATS");
     TestApp {
         db: PgPool::connect(&database_url).await.expect("test pool"),

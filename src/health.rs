@@ -1,0 +1,80 @@
+//! Readiness: what `GET /readyz` reports. The worker is ready when the migrations are
+//! applied, it is subscribed on a connected NATS, the database answers, and it is not
+//! draining.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_nats::connection::State;
+use serde::Serialize;
+
+use crate::store::PgStore;
+
+/// How long the readiness probe waits for the database.
+const DATABASE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Default)]
+pub struct Health {
+    migrated: AtomicBool,
+    draining: AtomicBool,
+    /// Set once subscribed; its connection state is read live.
+    nats: OnceLock<async_nats::Client>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    pub migrations_applied: bool,
+    pub subscribed: bool,
+    pub nats_connected: bool,
+    pub database_reachable: bool,
+    pub draining: bool,
+}
+
+impl Health {
+    pub fn set_migrated(&self) {
+        self.migrated.store(true, Ordering::Relaxed);
+    }
+
+    pub fn set_subscribed(&self, client: async_nats::Client) {
+        let _ = self.nats.set(client);
+    }
+
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Returns once [`Health::readiness`] says ready; for in-process callers (the demo,
+    /// tests) that must not send before the worker subscribed.
+    pub async fn wait_until_ready(&self, store: &PgStore) {
+        while !self.readiness(store).await.ready {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn readiness(&self, store: &PgStore) -> Readiness {
+        let database_reachable = tokio::time::timeout(DATABASE_PROBE_TIMEOUT, store.ping())
+            .await
+            .is_ok_and(|ping| ping.is_ok());
+        let migrations_applied = self.migrated.load(Ordering::Relaxed);
+        let subscribed = self.nats.get().is_some();
+        let nats_connected = self
+            .nats
+            .get()
+            .is_some_and(|c| c.connection_state() == State::Connected);
+        let draining = self.draining.load(Ordering::Relaxed);
+        Readiness {
+            ready: migrations_applied
+                && subscribed
+                && nats_connected
+                && database_reachable
+                && !draining,
+            migrations_applied,
+            subscribed,
+            nats_connected,
+            database_reachable,
+            draining,
+        }
+    }
+}
