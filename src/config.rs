@@ -354,7 +354,7 @@ impl Settings {
         non_empty("NATS_SUBJECT", &settings.subject)?;
         non_empty("NATS_QUEUE_GROUP", &settings.queue_group)?;
         let auth = &settings.nats_auth;
-        if auth.user.is_some() != !auth.password.is_empty() {
+        if auth.user.is_some() == auth.password.is_empty() {
             return Err(ConfigError::invalid(
                 "NATS_PASSWORD",
                 "NATS_USER and NATS_PASSWORD go together",
