@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -12,6 +13,7 @@ use sqlx::{Connection, PgConnection, PgPool, Row};
 use summarizer::app::Application;
 use summarizer::client::{Decision, TurnClient};
 use summarizer::config::Settings;
+use summarizer::health::Health;
 use summarizer::protocol::Reply;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -36,10 +38,12 @@ pub struct TestApp {
     pub db: PgPool,
     pub database_url: String,
     pub llm: MockServer,
-    pub http_addr: SocketAddr,
+    /// The first in-process worker's HTTP address.
+    pub http_addr: Option<SocketAddr>,
     pub client: TurnClient,
-    shutdown: CancellationToken,
-    worker: JoinHandle<anyhow::Result<()>>,
+    /// The settings every worker of this test starts from.
+    env: HashMap<String, String>,
+    workers: Vec<(CancellationToken, JoinHandle<anyhow::Result<()>>)>,
 }
 
 /// The environment a test worker runs with; tests override single entries.
@@ -75,6 +79,14 @@ pub async fn spawn_app() -> TestApp {
 
 /// A worker whose settings are the test defaults with `overrides` applied.
 pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
+    let mut app = setup(overrides).await;
+    app.start_worker(&[]).await;
+    app
+}
+
+/// A migrated database, a subject and a fake LLM, with no worker yet: for tests that
+/// start their own, in-process or as processes.
+pub async fn setup(overrides: &[(&str, &str)]) -> TestApp {
     let database_url = fresh_database().await;
     let subject = unique_subject();
     let llm = MockServer::start().await;
@@ -82,24 +94,20 @@ pub async fn spawn_app_with(overrides: &[(&str, &str)]) -> TestApp {
     for (k, v) in overrides {
         env.insert((*k).to_owned(), (*v).to_owned());
     }
-    let settings = Settings::from_sources(None, Some(env)).expect("test settings");
-    let app = Application::build(&settings).await.expect("worker starts");
-    let http_addr = app.http_addr().expect("HTTP listener");
-    let (health, store) = (app.health(), app.store().clone());
-    let shutdown = CancellationToken::new();
-    let worker = tokio::spawn(app.run_until_stopped(shutdown.clone()));
-    tokio::time::timeout(Duration::from_secs(10), health.wait_until_ready(&store))
+    let db = PgPool::connect(&database_url).await.expect("test pool");
+    summarizer::store::PgStore::from_pool(db.clone())
+        .migrate()
         .await
-        .expect("the worker is ready within 10 s");
+        .expect("migrations");
     let nats = async_nats::connect(NATS_URL).await.expect("NATS");
     TestApp {
-        db: PgPool::connect(&database_url).await.expect("test pool"),
+        db,
         database_url,
-        client: TurnClient::new(nats, subject),
         llm,
-        http_addr,
-        shutdown,
-        worker,
+        http_addr: None,
+        client: TurnClient::new(nats, subject),
+        env,
+        workers: Vec::new(),
     }
 }
 
@@ -168,6 +176,39 @@ pub struct Stored {
 }
 
 impl TestApp {
+    /// This test's worker settings with `overrides` applied.
+    pub fn env(&self, overrides: &[(&str, &str)]) -> HashMap<String, String> {
+        let mut env = self.env.clone();
+        for (k, v) in overrides {
+            env.insert((*k).to_owned(), (*v).to_owned());
+        }
+        env
+    }
+
+    /// Starts one more in-process worker on this test's subject and waits until it is
+    /// ready. Returns its health, for tests that watch it.
+    pub async fn start_worker(&mut self, overrides: &[(&str, &str)]) -> Arc<Health> {
+        let health = self.start_worker_unready(overrides).await;
+        let store = summarizer::store::PgStore::from_pool(self.db.clone());
+        tokio::time::timeout(Duration::from_secs(10), health.wait_until_ready(&store))
+            .await
+            .expect("the worker is ready within 10 s");
+        health
+    }
+
+    /// Starts an in-process worker without waiting for it to be ready.
+    pub async fn start_worker_unready(&mut self, overrides: &[(&str, &str)]) -> Arc<Health> {
+        let settings =
+            Settings::from_sources(None, Some(self.env(overrides))).expect("test settings");
+        let app = Application::build(&settings).await.expect("worker starts");
+        self.http_addr = self.http_addr.or(app.http_addr());
+        let health = app.health();
+        let shutdown = CancellationToken::new();
+        let worker = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+        self.workers.push((shutdown, worker));
+        health
+    }
+
     /// What an agent does: a plain INSERT into `messages`.
     pub async fn append(
         &self,
@@ -321,14 +362,17 @@ impl TestApp {
 
     /// `GET /stats`, parsed.
     pub async fn stats(&self) -> Value {
-        reqwest::get(format!("http://{}/stats", self.http_addr))
-            .await
-            .unwrap()
-            .error_for_status()
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        reqwest::get(format!(
+            "http://{}/stats",
+            self.http_addr.expect("an HTTP listener")
+        ))
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
     }
 
     /// The fake LLM answers every request with `summary` after `delay`.
@@ -354,10 +398,12 @@ impl TestApp {
         .await;
     }
 
-    /// Stops the worker as SIGTERM would and waits for it to finish.
+    /// Stops the in-process workers as SIGTERM would and waits for them to finish.
     pub async fn stop(self) {
-        self.shutdown.cancel();
-        self.worker.await.unwrap().unwrap();
+        for (shutdown, worker) in self.workers {
+            shutdown.cancel();
+            worker.await.unwrap().unwrap();
+        }
     }
 }
 

@@ -8,6 +8,8 @@ mod check;
 mod client;
 mod compaction;
 mod concurrency;
+mod fixtures;
+mod fleet;
 mod helpers;
 mod llm;
 mod process;
