@@ -71,9 +71,9 @@ impl Application {
         };
         Ok(Self {
             settings: settings.clone(),
+            health: Arc::new(Health::new(store.clone())),
             store,
             worker,
-            health: Arc::default(),
             http,
         })
     }

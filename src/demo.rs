@@ -62,7 +62,7 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let mut worker = tokio::spawn(app.run_until_stopped(shutdown.clone()));
     tokio::select! {
-        () = health.wait_until_ready(&store) => {}
+        () = health.wait_until_ready() => {}
         stopped = &mut worker => {
             stopped.context("worker task")??;
             bail!("the worker stopped before it was ready");

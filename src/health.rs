@@ -14,8 +14,9 @@ use crate::store::PgStore;
 /// How long the readiness probe waits for the database.
 const DATABASE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Health {
+    store: PgStore,
     migrated: AtomicBool,
     draining: AtomicBool,
     /// Set once subscribed; its connection state is read live.
@@ -33,6 +34,15 @@ pub struct Readiness {
 }
 
 impl Health {
+    pub fn new(store: PgStore) -> Self {
+        Self {
+            store,
+            migrated: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            nats: OnceLock::new(),
+        }
+    }
+
     pub fn set_migrated(&self) {
         self.migrated.store(true, Ordering::Relaxed);
     }
@@ -47,14 +57,14 @@ impl Health {
 
     /// Returns once [`Health::readiness`] says ready; for in-process callers (the demo,
     /// tests) that must not send before the worker subscribed.
-    pub async fn wait_until_ready(&self, store: &PgStore) {
-        while !self.readiness(store).await.ready {
+    pub async fn wait_until_ready(&self) {
+        while !self.readiness().await.ready {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
-    pub async fn readiness(&self, store: &PgStore) -> Readiness {
-        let database_reachable = tokio::time::timeout(DATABASE_PROBE_TIMEOUT, store.ping())
+    pub async fn readiness(&self) -> Readiness {
+        let database_reachable = tokio::time::timeout(DATABASE_PROBE_TIMEOUT, self.store.ping())
             .await
             .is_ok_and(|ping| ping.is_ok());
         let migrations_applied = self.migrated.load(Ordering::Relaxed);

@@ -41,7 +41,7 @@ async fn stats(State(state): State<AppState>) -> Response {
 
 /// 200 with the readiness checks when ready, 503 with them when not.
 async fn readyz(State(state): State<AppState>) -> Response {
-    let readiness = state.health.readiness(&state.store).await;
+    let readiness = state.health.readiness().await;
     let status = if readiness.ready {
         StatusCode::OK
     } else {

@@ -395,7 +395,8 @@ impl PgStore {
 /// opposed to a statement that failed.
 pub fn is_unreachable(error: &sqlx::Error) -> bool {
     match error {
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut => true,
+        // A connection dropped during the handshake reads as a protocol error.
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_) => true,
         // cannot_connect_now (starting up or shutting down), and connection exceptions.
         sqlx::Error::Database(e) => e
             .code()

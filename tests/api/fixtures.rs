@@ -38,8 +38,12 @@ pub struct NatsServer {
 impl NatsServer {
     /// Starts `nats-server -a 127.0.0.1 -p <free port> <args>`.
     pub async fn start(args: &[&str]) -> Self {
+        Self::start_on(free_port(), args).await
+    }
+
+    pub async fn start_on(port: u16, args: &[&str]) -> Self {
         let mut server = Self {
-            port: free_port(),
+            port,
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             child: None,
         };
@@ -127,12 +131,12 @@ impl Proxy {
         proxy
     }
 
-    /// A Postgres URL through the proxy. Statement caching is off so that every
-    /// statement's SQL crosses the wire, where a marker can see it.
+    /// A Postgres URL through the proxy. Without TLS and statement caching, every
+    /// statement's SQL crosses the wire in clear, where a marker can see it.
     pub fn database_url(&self, database_url: &str) -> String {
         let db = database_url.rsplit('/').next().unwrap();
         format!(
-            "postgres://postgres@{}/{db}?statement-cache-capacity=0",
+            "postgres://postgres@{}/{db}?sslmode=disable&statement-cache-capacity=0",
             self.addr
         )
     }

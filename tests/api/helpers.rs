@@ -189,8 +189,7 @@ impl TestApp {
     /// ready. Returns its health, for tests that watch it.
     pub async fn start_worker(&mut self, overrides: &[(&str, &str)]) -> Arc<Health> {
         let health = self.start_worker_unready(overrides).await;
-        let store = summarizer::store::PgStore::from_pool(self.db.clone());
-        tokio::time::timeout(Duration::from_secs(10), health.wait_until_ready(&store))
+        tokio::time::timeout(Duration::from_secs(10), health.wait_until_ready())
             .await
             .expect("the worker is ready within 10 s");
         health

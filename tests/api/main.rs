@@ -12,6 +12,7 @@ mod fixtures;
 mod fleet;
 mod helpers;
 mod llm;
+mod outages;
 mod process;
 mod rejects;
 mod skips;
