@@ -143,3 +143,149 @@ async fn a_summary_longer_than_what_it_replaces_is_rejected() {
         "{message}"
     );
 }
+
+/// A fake LLM at the TCP level, for what wiremock cannot do: it reads the request, then
+/// either closes the connection or sends headers and a body that trickles.
+async fn raw_llm(trickle_body: bool) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 64 * 1024];
+                let _ = socket.read(&mut buf).await;
+                if trickle_body {
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{";
+                    let _ = socket.write_all(head.as_bytes()).await;
+                    for _ in 0..100 {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        if socket.write_all(b" ").await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                // Dropping the socket closes the connection mid-exchange.
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn every_kind_of_llm_misbehaviour_fails_open_with_nothing_written() {
+    let fast = [
+        ("LLM_TIMEOUT_MS", "500"),
+        ("LLM_MAX_RETRIES", "1"),
+        ("LLM_DEADLINE_MS", "3000"),
+    ];
+    let reset = raw_llm(false).await;
+    let trickle = raw_llm(true).await;
+    let cases: Vec<(&str, Option<&str>, Option<ResponseTemplate>, &str)> = vec![
+        (
+            "connection closed",
+            Some(&reset),
+            None,
+            "error sending request",
+        ),
+        (
+            "body slower than the timeout",
+            Some(&trickle),
+            None,
+            "timed out",
+        ),
+        (
+            "slow headers",
+            None,
+            Some(completion(SUMMARY).set_delay(Duration::from_secs(3))),
+            "timed out",
+        ),
+        (
+            "garbage JSON",
+            None,
+            Some(ResponseTemplate::new(200).set_body_string("{\"choices\": [oops")),
+            "not a chat completion",
+        ),
+        (
+            "200 with an error body",
+            None,
+            Some(
+                ResponseTemplate::new(200)
+                    .set_body_string(r#"{"error": {"message": "overloaded"}}"#),
+            ),
+            "no message content",
+        ),
+    ];
+    for (what, base_url, response, says) in cases {
+        let mut overrides = fast.to_vec();
+        let app_llm_url;
+        if let Some(url) = base_url {
+            app_llm_url = url.to_owned();
+            overrides.push(("LLM_BASE_URL", &app_llm_url));
+        }
+        let app = spawn_app_with(&overrides).await;
+        if let Some(response) = response {
+            Mock::given(method("POST"))
+                .respond_with(response)
+                .mount(&app.llm)
+                .await;
+        }
+        app.append_turns("s", 5).await;
+        let before = app.messages("s").await;
+
+        let message = assert_failed_unchanged(&app, "s", &before).await;
+
+        assert!(message.contains(says), "{what}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn a_poisoned_session_backs_off_while_others_proceed() {
+    let app = spawn_app_with(&[("FAILURE_BACKOFF_MS", "60000"), ("LLM_MAX_RETRIES", "0")]).await;
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::body_string_contains("poison"))
+        .respond_with(ResponseTemplate::new(500))
+        .with_priority(1)
+        .mount(&app.llm)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(completion(SUMMARY))
+        .mount(&app.llm)
+        .await;
+    app.append("poisoned", "user", "poison pill", None, None)
+        .await;
+    app.append_turns("poisoned", 5).await;
+    app.append_turns("healthy", 5).await;
+
+    let first = app.turn_starting("poisoned").await;
+    assert_eq!(first.reason, Reason::LlmError);
+    let calls = app.llm_requests().await;
+    let again = app.turn_starting("poisoned").await;
+
+    assert_eq!(
+        (again.status, again.reason),
+        (Status::Skipped, Reason::BackingOff)
+    );
+    assert_eq!(
+        app.llm_requests().await,
+        calls,
+        "no LLM call while backing off"
+    );
+    assert_eq!(app.turn_starting("healthy").await.status, Status::Compacted);
+
+    // Once the backoff has run out (made so here), it tries again, and the next backoff
+    // is twice as long.
+    sqlx::query("UPDATE sessions SET retry_at = now() WHERE session_id = 'poisoned'")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(app.turn_starting("poisoned").await.reason, Reason::LlmError);
+    let (failures, backoff_secs): (i32, f64) = sqlx::query_as(
+        "SELECT failures, extract(epoch FROM retry_at - now())::float8 FROM sessions WHERE session_id = 'poisoned'",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(failures, 2);
+    assert!((100.0..=120.0).contains(&backoff_secs), "{backoff_secs}");
+}
