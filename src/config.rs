@@ -458,17 +458,43 @@ impl Raw {
 
 /// `scheme://user:password@host/...` with the password replaced.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    match rest[..at].split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:[redacted]{}", &rest[at..]),
-        None => url.to_owned(),
+    match userinfo(url) {
+        Some(info) if info.password.is_some() => {
+            format!("{}://{}:[redacted]{}", info.scheme, info.user, info.rest)
+        }
+        _ => url.to_owned(),
     }
+}
+
+/// The user and password in `scheme://user:password@host`, as written (not
+/// percent-decoded).
+pub fn url_credentials(url: &str) -> Option<(&str, &str)> {
+    let info = userinfo(url)?;
+    Some((info.user, info.password?))
+}
+
+struct UserInfo<'a> {
+    scheme: &'a str,
+    user: &'a str,
+    password: Option<&'a str>,
+    /// From the `@` on.
+    rest: &'a str,
+}
+
+fn userinfo(url: &str) -> Option<UserInfo<'_>> {
+    let (scheme, after) = url.split_once("://")?;
+    let authority_end = after.find('/').unwrap_or(after.len());
+    let at = after[..authority_end].rfind('@')?;
+    let (user, password) = match after[..at].split_once(':') {
+        Some((user, password)) => (user, Some(password)),
+        None => (&after[..at], None),
+    };
+    Some(UserInfo {
+        scheme,
+        user,
+        password,
+        rest: &after[at..],
+    })
 }
 
 fn parse_value<T: FromStr>(name: &'static str, raw: &str) -> Result<T, ConfigError>
@@ -617,6 +643,19 @@ mod tests {
             }
         );
         assert_eq!(s.concurrency, 5);
+    }
+
+    #[test]
+    fn credentials_are_read_from_and_redacted_in_urls() {
+        let url = "nats://bot:p%40ss@nats.internal:4222/x@y";
+        assert_eq!(url_credentials(url), Some(("bot", "p%40ss")));
+        assert_eq!(
+            redact_url(url),
+            "nats://bot:[redacted]@nats.internal:4222/x@y"
+        );
+        assert_eq!(url_credentials("nats://bot@nats:4222"), None);
+        assert_eq!(redact_url("nats://nats:4222"), "nats://nats:4222");
+        assert_eq!(redact_url("not a url"), "not a url");
     }
 
     #[test]

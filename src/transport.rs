@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::config::{Settings, redact_url};
+use crate::config::{Settings, redact_url, url_credentials};
 use crate::health::Health;
 use crate::outcome::Outcome;
 use crate::protocol::{Reply, Request};
@@ -157,8 +157,12 @@ pub async fn connect_options(settings: &Settings, name: &str) -> anyhow::Result<
             .await
             .with_context(|| format!("NATS_CREDS_FILE: reading {}", path.display()))?;
     }
+    // async-nats ignores credentials in the URL; NATS_USER/NATS_PASSWORD win over them.
+    let from_url = url_credentials(settings.nats_url.expose());
     if let Some(user) = &auth.user {
         options = options.user_and_password(user.clone(), auth.password.expose().to_owned());
+    } else if let Some((user, password)) = from_url {
+        options = options.user_and_password(user.to_owned(), password.to_owned());
     }
     if !auth.token.is_empty() {
         options = options.token(auth.token.expose().to_owned());

@@ -4,6 +4,7 @@
 // Test helpers panic on purpose: a failed setup step is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod access;
 mod check;
 mod client;
 mod compaction;
