@@ -1,4 +1,5 @@
-//! The `summarizer` command line: `worker`, `migrate`, `stats`, `check`, `turn` and `demo`.
+//! The `summarizer` command line: `worker`, `migrate`, `stats`, `check`, `chaos`, `turn`
+//! and `demo`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +13,7 @@ use crate::app::Application;
 use crate::client::{Decision, TurnClient};
 use crate::config::{Settings, redact_url};
 use crate::store::{PgStore, Stats};
-use crate::{check, demo, telemetry, transport};
+use crate::{chaos, check, demo, telemetry, transport};
 
 /// Exit code for a configuration error (sysexits' EX_USAGE).
 pub const EXIT_CONFIG: u8 = 64;
@@ -50,6 +51,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run simulated agents against worker processes killed at random, then check that
+    /// nothing was lost; exit 1 when an invariant broke.
+    Chaos(chaos::ChaosArgs),
     /// Send one turn-starting request and print the reply (compacts by hand).
     Turn {
         session_id: String,
@@ -149,6 +153,11 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             return Ok(print_decision(&decision));
         }
         Command::Demo(args) => demo::run(settings, args).await?,
+        Command::Chaos(args) => {
+            if !chaos::run(&settings, &args).await? {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

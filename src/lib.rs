@@ -19,10 +19,12 @@
 //! - [`transport`]: the NATS queue-group loop, bounded, with drain on shutdown.
 //! - [`client`]: what Rust agents call before a turn; never fails, always "proceed".
 //! - [`http`]: `GET /stats`, `GET /healthz` and `GET /readyz`; [`health`]: readiness.
-//! - [`check`]: invariants over the whole database (`summarizer check`).
+//! - [`check`]: invariants over the whole database (`summarizer check`); [`chaos`]: a
+//!   bounded fault run that ends with them.
 //! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands.
 
 pub mod app;
+pub mod chaos;
 pub mod check;
 pub mod cli;
 pub mod client;

@@ -156,3 +156,54 @@ async fn the_demo_runs_end_to_end_and_exits_zero() {
     assert!(stdout.contains("total_summarizations"));
     assert!(stdout.contains("demo done"));
 }
+
+#[tokio::test]
+async fn a_short_chaos_run_loses_nothing() {
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        summarizer(&[
+            "chaos",
+            "--duration-secs",
+            "8",
+            "--sessions",
+            "30",
+            "--workers",
+            "3",
+            "--kill-every-ms",
+            "1000",
+        ])
+        .env(
+            "DATABASE_URL",
+            "postgres://postgres@127.0.0.1:5432/summarizer",
+        )
+        .env("NATS_URL", NATS_URL)
+        .output(),
+    )
+    .await
+    .expect("the chaos run stops by itself")
+    .unwrap();
+
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains(": 0 lost, 0 duplicated, 0 misplaced"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("chaos: every invariant held"));
+    // The run did what it says: workers died and sessions were compacted meanwhile.
+    let kills: u32 = stdout
+        .lines()
+        .find_map(|l| l.split_once(" worker kills;").map(|(n, _)| n))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a kill count");
+    assert!(kills >= 3, "{stdout}");
+    assert!(
+        !stdout.contains("checked 30 sessions, 0 messages"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("compacted "), "{stdout}");
+}

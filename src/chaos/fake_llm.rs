@@ -1,0 +1,66 @@
+//! An OpenAI-compatible LLM on 127.0.0.1 that answers with a valid summary after a short
+//! random delay, and fails a given share of calls with HTTP 500.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::json;
+
+const SUMMARY: &str = "**Investigating:** chaos incident\n**Key findings:**\n- workers were killed at random\n**Ruled out:** nothing ruled out yet\n**Current state:** still investigating";
+
+pub struct FakeLlm {
+    pub url: String,
+    counts: Arc<Counts>,
+}
+
+#[derive(Default)]
+struct Counts {
+    failure_rate: f64,
+    answered: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl FakeLlm {
+    pub fn summary(&self) -> String {
+        format!(
+            "fake LLM answered {} calls and failed {}",
+            self.counts.answered.load(Ordering::Relaxed),
+            self.counts.failed.load(Ordering::Relaxed)
+        )
+    }
+}
+
+pub async fn start(failure_rate: f64) -> anyhow::Result<FakeLlm> {
+    let counts = Arc::new(Counts {
+        failure_rate,
+        ..Counts::default()
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/v1", listener.local_addr()?);
+    let app = Router::new()
+        .route("/v1/chat/completions", post(complete))
+        .with_state(counts.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(FakeLlm { url, counts })
+}
+
+async fn complete(State(counts): State<Arc<Counts>>) -> Response {
+    tokio::time::sleep(Duration::from_millis(fastrand::u64(10..150))).await;
+    if fastrand::f64() < counts.failure_rate {
+        counts.failed.fetch_add(1, Ordering::Relaxed);
+        return (StatusCode::INTERNAL_SERVER_ERROR, "injected failure").into_response();
+    }
+    counts.answered.fetch_add(1, Ordering::Relaxed);
+    Json(json!({
+        "model": "chaos-model",
+        "choices": [{"message": {"role": "assistant", "content": SUMMARY}}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 30}
+    }))
+    .into_response()
+}

@@ -1,0 +1,252 @@
+//! `summarizer chaos`: a bounded fault run. Simulated agents append and ask on many
+//! sessions while worker processes are killed and restarted at random and a fake LLM
+//! fails a share of its calls. At the end, the invariant checker and the agents' own
+//! ledger of what they appended must agree: nothing lost, duplicated or misplaced.
+//!
+//! Everything runs on this machine: its own database (dropped afterwards), a private
+//! subject, a fake LLM on 127.0.0.1, and worker processes of this very binary.
+
+mod agents;
+mod fake_llm;
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use sqlx::postgres::PgConnectOptions;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::check;
+use crate::client::TurnClient;
+use crate::config::Settings;
+use crate::store::PgStore;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChaosArgs {
+    /// How long agents run and workers are killed.
+    #[arg(long, default_value_t = 120)]
+    pub duration_secs: u64,
+    /// Simulated agents, one session each.
+    #[arg(long, default_value_t = 200)]
+    pub sessions: usize,
+    /// Worker processes.
+    #[arg(long, default_value_t = 3)]
+    pub workers: usize,
+    /// Share of LLM calls that fail with HTTP 500.
+    #[arg(long, default_value_t = 0.2)]
+    pub llm_failure_rate: f64,
+    /// Mean time between two kills of a random worker.
+    #[arg(long, default_value_t = 2000)]
+    pub kill_every_ms: u64,
+    /// How long an agent waits for the worker's answer before it proceeds.
+    #[arg(long, default_value_t = 2000)]
+    pub agent_timeout_ms: u64,
+    /// Keep the run's database for inspection instead of dropping it.
+    #[arg(long)]
+    pub keep_database: bool,
+}
+
+/// Runs the chaos; returns whether every invariant held.
+///
+/// # Errors
+/// When the run cannot be set up (services unreachable, workers cannot start).
+pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> {
+    if args.workers == 0 || args.sessions == 0 {
+        bail!("--workers and --sessions must be positive");
+    }
+    let tag = format!("{:08x}", fastrand::u32(..));
+    let database_url = run_database_url(settings, &tag)?;
+    PgStore::create_database_if_missing(&database_url).await?;
+    let store = PgStore::connect_lazy(&database_url, 20, Duration::from_secs(10))?;
+    store
+        .migrate()
+        .await
+        .context("migrating the chaos database")?;
+
+    let llm = fake_llm::start(args.llm_failure_rate).await?;
+    let subject = format!("summarizer.chaos.{tag}.turn.starting");
+    let env = worker_env(&database_url, &subject, &tag, &llm.url);
+    let mut workers: Vec<Child> = (0..args.workers)
+        .map(|_| spawn_worker(&env))
+        .collect::<anyhow::Result<_>>()?;
+    println!(
+        "chaos {tag}: {} agents, {} workers, LLM failing {:.0}%, a kill every ~{} ms, for {} s",
+        args.sessions,
+        args.workers,
+        args.llm_failure_rate * 100.0,
+        args.kill_every_ms,
+        args.duration_secs
+    );
+
+    let nats = crate::transport::connect_options(settings, "summarizer-chaos-agents")
+        .await?
+        .connect(settings.nats_url.expose())
+        .await
+        .context("connecting to NATS")?;
+    let client = TurnClient::new(nats, subject);
+    let stop = Arc::new(AtomicBool::new(false));
+    let timeout = Duration::from_millis(args.agent_timeout_ms);
+    let agents = agents::start(
+        args.sessions,
+        &tag,
+        store.clone(),
+        client,
+        timeout,
+        stop.clone(),
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(args.duration_secs);
+    let mut kills = 0;
+    while Instant::now() < deadline {
+        let wait = Duration::from_millis(args.kill_every_ms).mul_f64(0.5 + fastrand::f64());
+        tokio::time::sleep_until(deadline.min(Instant::now() + wait)).await;
+        if Instant::now() >= deadline {
+            break;
+        }
+        let victim = fastrand::usize(..workers.len());
+        // Mostly crashes; sometimes a polite stop.
+        let signal = if fastrand::f64() < 0.8 {
+            "KILL"
+        } else {
+            "TERM"
+        };
+        stop_worker(&mut workers[victim], signal).await;
+        workers[victim] = spawn_worker(&env)?;
+        kills += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let ledger = agents.finish().await?;
+    for worker in &mut workers {
+        stop_worker(worker, "TERM").await;
+    }
+
+    let report = check::run(&store).await?;
+    let audit = agents::audit(&store, &ledger).await?;
+    let clean = report.is_clean() && audit.is_clean(timeout);
+    println!("\n{} worker kills; {}", kills, llm.summary());
+    print!("{audit}");
+    print!("{report}");
+    println!(
+        "{}",
+        if clean {
+            "chaos: every invariant held"
+        } else {
+            "chaos: INVARIANTS BROKEN"
+        }
+    );
+
+    store.pool().close().await;
+    if args.keep_database {
+        println!(
+            "database kept: {}",
+            crate::config::redact_url(&database_url)
+        );
+    } else {
+        drop_database(&database_url).await?;
+    }
+    Ok(clean)
+}
+
+/// The configured database URL, naming a new database for this run.
+fn run_database_url(settings: &Settings, tag: &str) -> anyhow::Result<String> {
+    let url = settings.database_url.expose();
+    let options = PgConnectOptions::from_str(url).context("DATABASE_URL")?;
+    let name = options.get_database().unwrap_or("postgres");
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let base = base
+        .strip_suffix(name)
+        .context("DATABASE_URL must name its database")?;
+    let mut run_url = format!("{base}summarizer_chaos_{tag}");
+    if let Some(query) = query {
+        run_url.push('?');
+        run_url.push_str(query);
+    }
+    Ok(run_url)
+}
+
+async fn drop_database(url: &str) -> anyhow::Result<()> {
+    use sqlx::{ConnectOptions, Connection};
+    let options = PgConnectOptions::from_str(url)?;
+    let name = options.get_database().unwrap_or_default().to_owned();
+    let mut admin = options.database("postgres").connect().await?;
+    // The name is ours (summarizer_chaos_<hex>), never input.
+    let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+        .execute(&mut admin)
+        .await?;
+    admin.close().await?;
+    Ok(())
+}
+
+/// Small limits and fast failure handling, so a short run sees many compactions, lease
+/// takeovers and backoffs.
+fn worker_env(
+    database_url: &str,
+    subject: &str,
+    tag: &str,
+    llm_url: &str,
+) -> HashMap<String, String> {
+    [
+        ("DATABASE_URL", database_url),
+        ("NATS_SUBJECT", subject),
+        ("NATS_QUEUE_GROUP", &format!("summarizer-chaos-{tag}")),
+        ("SUMMARIZATION_ENABLED", "true"),
+        ("SUMMARIZATION_THRESHOLD_CHARS", "4000"),
+        ("SUMMARIZATION_KEEP_CHARS", "1500"),
+        ("LLM_PROVIDER", "openai"),
+        ("LLM_BASE_URL", llm_url),
+        ("LLM_API_KEY", "chaos"),
+        ("LLM_MODEL", "chaos-model"),
+        ("LLM_TIMEOUT_MS", "2000"),
+        ("LLM_MAX_RETRIES", "1"),
+        ("LLM_RETRY_MIN_DELAY_MS", "20"),
+        ("LLM_RETRY_MAX_DELAY_MS", "100"),
+        ("LLM_DEADLINE_MS", "3000"),
+        ("LEASE_DURATION_MS", "4000"),
+        ("FAILURE_BACKOFF_MS", "200"),
+        ("FAILURE_BACKOFF_MAX_MS", "1000"),
+        ("WORKER_CONCURRENCY", "16"),
+        ("DATABASE_MAX_CONNECTIONS", "4"),
+        ("SHUTDOWN_GRACE_MS", "3000"),
+        ("HTTP_ADDR", ""),
+        ("RUST_LOG", "error"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+fn spawn_worker(env: &HashMap<String, String>) -> anyhow::Result<Child> {
+    let exe = std::env::current_exe().context("finding this binary")?;
+    Command::new(exe)
+        .arg("worker")
+        .envs(env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting a worker")
+}
+
+/// Sends `signal` and waits for the exit; a worker that outlives its grace is killed.
+async fn stop_worker(worker: &mut Child, signal: &str) {
+    if let Some(pid) = worker.id() {
+        let _ = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .await;
+    }
+    if tokio::time::timeout(Duration::from_secs(10), worker.wait())
+        .await
+        .is_err()
+    {
+        let _ = worker.kill().await;
+    }
+}
