@@ -182,3 +182,90 @@ async fn tls_with_a_private_ca() {
     app.stop().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A signed NATS JWT (`ed25519-nkey`) with `claims`, issued by `issuer`.
+fn jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: serde_json::Value) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let header = b64.encode(r#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let claims = serde_json::json!({
+        "jti": format!("{:032X}", fastrand::u128(..)),
+        "iat": 1_700_000_000,
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    });
+    let claims = b64.encode(claims.to_string());
+    let signed = format!("{header}.{claims}");
+    let signature = b64.encode(issuer.sign(signed.as_bytes()).unwrap());
+    format!("{signed}.{signature}")
+}
+
+#[tokio::test]
+async fn a_credentials_file_in_operator_mode() {
+    let operator = nkeys::KeyPair::new_operator();
+    let account = nkeys::KeyPair::new_account();
+    let user = nkeys::KeyPair::new_user();
+    let operator_jwt = jwt(
+        &operator,
+        &operator.public_key(),
+        "op",
+        serde_json::json!({"type": "operator", "version": 2}),
+    );
+    let limits = serde_json::json!({"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": true, "conn": -1, "leaf": -1});
+    let account_jwt = jwt(
+        &operator,
+        &account.public_key(),
+        "acc",
+        serde_json::json!({"limits": limits, "type": "account", "version": 2}),
+    );
+    let user_jwt = jwt(
+        &account,
+        &user.public_key(),
+        "worker",
+        serde_json::json!({"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1, "type": "user", "version": 2}),
+    );
+
+    let dir = std::env::temp_dir().join(format!("summarizer-creds-{:08x}", fastrand::u32(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("server.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "operator: \"{operator_jwt}\"\nresolver: MEMORY\nresolver_preload: {{\n  {}: \"{account_jwt}\"\n}}\n",
+            account.public_key()
+        ),
+    )
+    .unwrap();
+    let creds = dir.join("worker.creds");
+    std::fs::write(
+        &creds,
+        format!(
+            "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n\
+             -----BEGIN USER NKEY SEED-----\n{}\n------END USER NKEY SEED------\n",
+            user.seed().unwrap()
+        ),
+    )
+    .unwrap();
+    let nats = NatsServer::start(&["-c", &config.display().to_string()]).await;
+    assert!(
+        async_nats::connect(nats.url()).await.is_err(),
+        "the server enforces credentials"
+    );
+    let mut app = setup(&[("NATS_URL", &nats.url())]).await;
+    let client = async_nats::ConnectOptions::with_credentials_file(&creds)
+        .await
+        .unwrap();
+
+    served(
+        &mut app,
+        &[("NATS_CREDS_FILE", &creds.display().to_string())],
+        client,
+        &nats.url(),
+    )
+    .await;
+
+    app.stop().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
