@@ -226,6 +226,26 @@ mod tests {
         }
 
         #[test]
+        fn a_request_is_accepted_exactly_when_its_id_is_valid(
+            id in any::<String>(),
+            extra in prop::collection::btree_map("[a-z_]{1,8}", any::<i64>(), 0..4),
+        ) {
+            let mut fields = serde_json::Map::new();
+            for (k, v) in extra {
+                fields.insert(k, Value::from(v));
+            }
+            fields.insert("session_id".to_owned(), Value::String(id.clone()));
+            let payload = serde_json::to_vec(&Value::Object(fields)).unwrap();
+            let valid = !id.is_empty()
+                && id.len() <= MAX_SESSION_ID_BYTES
+                && !id.chars().any(char::is_control);
+            match Request::decode(&payload) {
+                Ok(request) => prop_assert!(valid && request.session_id == id),
+                Err(InvalidRequest(why)) => prop_assert!(!valid && why.contains("session_id")),
+            }
+        }
+
+        #[test]
         fn any_valid_id_round_trips(id in "[^\\p{Cc}]{1,60}") {
             prop_assume!(id.len() <= MAX_SESSION_ID_BYTES);
             let request = Request { session_id: id, request_id: None };
