@@ -91,12 +91,20 @@ impl Server {
     /// Unsubscribes, so the queue group routes new events to other workers, while events
     /// already sent here still arrive and are served. Returns when the grace period ends.
     async fn start_drain(&mut self) -> Instant {
-        tracing::info!("draining: no new events; finishing in-flight ones");
+        let deadline = Instant::now() + self.shutdown_grace;
         self.health.set_draining();
         if let Err(e) = self.subscriber.drain().await {
             tracing::warn!(error = %e, "could not drain the subscription");
         }
-        Instant::now() + self.shutdown_grace
+        // The unsubscribe is only queued; a round trip makes sure the server has it, so
+        // that from the log line on, new events go to the other workers.
+        match tokio::time::timeout_at(deadline, self.client.flush()).await {
+            Ok(Ok(())) => tracing::info!("draining: unsubscribed; finishing in-flight events"),
+            _ => tracing::warn!(
+                "draining: the unsubscribe may not have reached NATS; finishing in-flight events"
+            ),
+        }
+        deadline
     }
 }
 

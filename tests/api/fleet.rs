@@ -168,7 +168,7 @@ async fn sigterm_drains_in_flight_events_while_new_ones_go_to_the_other_workers(
 
     app.start_worker(&[]).await;
     draining.signal("TERM").await;
-    draining.wait_for_log("draining").await;
+    draining.wait_for_log("draining: unsubscribed").await;
     let started = tokio::time::Instant::now();
     let after = app.turn_starting("after").await;
     let status = draining.exit_status(Duration::from_secs(10)).await;
