@@ -145,7 +145,7 @@ async fn a_summary_longer_than_what_it_replaces_is_rejected() {
 }
 
 /// A fake LLM at the TCP level, for what wiremock cannot do: it reads the request, then
-/// either closes the connection or sends headers and a body that trickles.
+/// either resets the connection or sends headers and a body that trickles.
 async fn raw_llm(trickle_body: bool) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -165,7 +165,10 @@ async fn raw_llm(trickle_body: bool) -> String {
                         }
                     }
                 }
-                // Dropping the socket closes the connection mid-exchange.
+                // A zero linger makes the close a reset (RST), as a crashing proxy does;
+                // it is deprecated because a non-zero one blocks on drop, which zero cannot.
+                #[allow(deprecated)]
+                let _ = socket.set_linger(Some(Duration::ZERO));
             });
         }
     });
