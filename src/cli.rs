@@ -13,7 +13,7 @@ use crate::app::Application;
 use crate::client::{Decision, TurnClient};
 use crate::config::{Settings, redact_url};
 use crate::store::{PgStore, Stats};
-use crate::{chaos, check, demo, telemetry, transport};
+use crate::{bench, chaos, check, demo, telemetry, transport};
 
 /// Exit code for a configuration error (sysexits' EX_USAGE).
 pub const EXIT_CONFIG: u8 = 64;
@@ -54,6 +54,8 @@ enum Command {
     /// Run simulated agents against worker processes killed at random, then check that
     /// nothing was lost; exit 1 when an invariant broke.
     Chaos(chaos::ChaosArgs),
+    /// Measure the no-op and compaction paths against bare NATS and Postgres.
+    Bench(bench::BenchArgs),
     /// Send one turn-starting request and print the reply (compacts by hand).
     Turn {
         session_id: String,
@@ -153,6 +155,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             return Ok(print_decision(&decision));
         }
         Command::Demo(args) => demo::run(settings, args).await?,
+        Command::Bench(args) => bench::run(&settings, &args).await?,
         Command::Chaos(args) => {
             if !chaos::run(&settings, &args).await? {
                 return Ok(ExitCode::FAILURE);

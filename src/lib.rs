@@ -22,14 +22,17 @@
 //! - [`check`]: invariants over the whole database (`summarizer check`); [`chaos`]: a
 //!   bounded fault run that ends with them.
 //! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands.
+//! - [`bench`]: our paths against raw NATS and Postgres baselines (`summarizer bench`).
 
 pub mod app;
+pub mod bench;
 pub mod chaos;
 pub mod check;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod fake_llm;
 pub mod health;
 pub mod http;
 pub mod llm;

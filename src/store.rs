@@ -166,6 +166,51 @@ impl PgStore {
         Ok(())
     }
 
+    /// `url` naming the database `name` instead (same server, user and options): for
+    /// the throwaway databases of `chaos` and `bench`.
+    ///
+    /// # Errors
+    /// When `url` is not a Postgres URL naming a database.
+    pub fn url_with_database(url: &str, name: &str) -> Result<String, StoreError> {
+        let current = PgConnectOptions::from_str(url)?
+            .get_database()
+            .unwrap_or_default()
+            .to_owned();
+        let (base, query) = url
+            .split_once('?')
+            .map_or((url, None), |(b, q)| (b, Some(q)));
+        let base = base
+            .strip_suffix(current.as_str())
+            .filter(|b| b.ends_with('/'))
+            .ok_or_else(|| {
+                sqlx::Error::Configuration("DATABASE_URL must name its database".into())
+            })?;
+        Ok(match query {
+            Some(query) => format!("{base}{name}?{query}"),
+            None => format!("{base}{name}"),
+        })
+    }
+
+    /// Drops the database `url` names, disconnecting its sessions.
+    ///
+    /// # Errors
+    /// When the server is unreachable or refuses.
+    pub async fn drop_database(url: &str) -> Result<(), StoreError> {
+        let options = PgConnectOptions::from_str(url)?;
+        let name = options.get_database().unwrap_or_default().to_owned();
+        let mut admin = options.database("postgres").connect().await?;
+        let quoted: String = sqlx::query_scalar("SELECT quote_ident($1)")
+            .bind(&name)
+            .fetch_one(&mut admin)
+            .await?;
+        let drop = format!("DROP DATABASE IF EXISTS {quoted} WITH (FORCE)");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+            .execute(&mut admin)
+            .await?;
+        admin.close().await?;
+        Ok(())
+    }
+
     /// The session's counters: one primary-key read. `None` for a session with no row.
     ///
     /// # Errors

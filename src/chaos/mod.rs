@@ -7,17 +7,14 @@
 //! subject, a fake LLM on 127.0.0.1, and worker processes of this very binary.
 
 mod agents;
-mod fake_llm;
 
 use std::collections::HashMap;
 use std::process::Stdio;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use sqlx::postgres::PgConnectOptions;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -60,7 +57,10 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         bail!("--workers and --sessions must be positive");
     }
     let tag = format!("{:08x}", fastrand::u32(..));
-    let database_url = run_database_url(settings, &tag)?;
+    let database_url = PgStore::url_with_database(
+        settings.database_url.expose(),
+        &format!("summarizer_chaos_{tag}"),
+    )?;
     PgStore::create_database_if_missing(&database_url).await?;
     let store = PgStore::connect_lazy(&database_url, 20, Duration::from_secs(10))?;
     store
@@ -68,7 +68,7 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         .await
         .context("migrating the chaos database")?;
 
-    let llm = fake_llm::start(args.llm_failure_rate).await?;
+    let llm = crate::fake_llm::start(args.llm_failure_rate, 10..150).await?;
     let subject = format!("summarizer.chaos.{tag}.turn.starting");
     let env = worker_env(&database_url, &subject, &tag, &llm.url);
     let mut workers: Vec<Child> = (0..args.workers)
@@ -147,42 +147,9 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
             crate::config::redact_url(&database_url)
         );
     } else {
-        drop_database(&database_url).await?;
+        PgStore::drop_database(&database_url).await?;
     }
     Ok(clean)
-}
-
-/// The configured database URL, naming a new database for this run.
-fn run_database_url(settings: &Settings, tag: &str) -> anyhow::Result<String> {
-    let url = settings.database_url.expose();
-    let options = PgConnectOptions::from_str(url).context("DATABASE_URL")?;
-    let name = options.get_database().unwrap_or("postgres");
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let base = base
-        .strip_suffix(name)
-        .context("DATABASE_URL must name its database")?;
-    let mut run_url = format!("{base}summarizer_chaos_{tag}");
-    if let Some(query) = query {
-        run_url.push('?');
-        run_url.push_str(query);
-    }
-    Ok(run_url)
-}
-
-async fn drop_database(url: &str) -> anyhow::Result<()> {
-    use sqlx::{ConnectOptions, Connection};
-    let options = PgConnectOptions::from_str(url)?;
-    let name = options.get_database().unwrap_or_default().to_owned();
-    let mut admin = options.database("postgres").connect().await?;
-    // The name is ours (summarizer_chaos_<hex>), never input.
-    let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
-        .execute(&mut admin)
-        .await?;
-    admin.close().await?;
-    Ok(())
 }
 
 /// Small limits and fast failure handling, so a short run sees many compactions, lease

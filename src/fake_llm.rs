@@ -1,6 +1,8 @@
-//! An OpenAI-compatible LLM on 127.0.0.1 that answers with a valid summary after a short
-//! random delay, and fails a given share of calls with HTTP 500.
+//! An OpenAI-compatible LLM on 127.0.0.1 for the chaos run and the benchmark: it answers
+//! with a valid summary after a delay drawn from a range, and fails a given share of
+//! calls with HTTP 500. Not a test double for unit tests (those use wiremock).
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -22,6 +24,7 @@ pub struct FakeLlm {
 #[derive(Default)]
 struct Counts {
     failure_rate: f64,
+    delay_ms: Range<u64>,
     answered: AtomicU64,
     failed: AtomicU64,
 }
@@ -36,9 +39,14 @@ impl FakeLlm {
     }
 }
 
-pub async fn start(failure_rate: f64) -> anyhow::Result<FakeLlm> {
+/// Serves on a free port until the process ends.
+///
+/// # Errors
+/// When no port can be bound.
+pub async fn start(failure_rate: f64, delay_ms: Range<u64>) -> anyhow::Result<FakeLlm> {
     let counts = Arc::new(Counts {
         failure_rate,
+        delay_ms,
         ..Counts::default()
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -51,7 +59,12 @@ pub async fn start(failure_rate: f64) -> anyhow::Result<FakeLlm> {
 }
 
 async fn complete(State(counts): State<Arc<Counts>>) -> Response {
-    tokio::time::sleep(Duration::from_millis(fastrand::u64(10..150))).await;
+    let delay = if counts.delay_ms.is_empty() {
+        counts.delay_ms.start
+    } else {
+        fastrand::u64(counts.delay_ms.clone())
+    };
+    tokio::time::sleep(Duration::from_millis(delay)).await;
     if fastrand::f64() < counts.failure_rate {
         counts.failed.fetch_add(1, Ordering::Relaxed);
         return (StatusCode::INTERNAL_SERVER_ERROR, "injected failure").into_response();

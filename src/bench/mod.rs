@@ -1,0 +1,392 @@
+//! `summarizer bench`: our paths against their raw baselines, measured in one run on one
+//! machine, so the ratios mean something wherever it runs.
+//!
+//! It makes a database of its own (dropped afterwards), starts a worker process of this
+//! binary on a private subject with a fake LLM answering after 200 ms, and measures:
+//! a bare NATS request/reply echo and a bare Postgres primary-key SELECT (the baselines);
+//! the no-op path end to end; the no-op path on a 10,000-message session; the compaction
+//! path against the Little's-law bound; the worker's own cost per compaction without the
+//! LLM; and the worker's resident memory.
+
+mod load;
+mod report;
+mod seed;
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use futures_util::StreamExt;
+use futures_util::future::{BoxFuture, FutureExt};
+use tokio::process::{Child, Command};
+
+use crate::client::{Decision, TurnClient};
+use crate::config::{Limits, Settings};
+use crate::llm::{LlmError, Summarizer, Summary};
+use crate::message::Message;
+use crate::outcome::{Outcome, Reason, Status};
+use crate::store::PgStore;
+use crate::worker::{Event, Policy, Worker};
+
+pub use load::Measurement;
+use report::Report;
+
+/// The worker's concurrency and pool size during the run (the setting).
+const CONCURRENCY: usize = 64;
+const POOL: u32 = 16;
+/// The fake LLM's latency on the compaction path.
+const LLM_LATENCY: Duration = Duration::from_millis(200);
+const LIMITS: Limits = Limits {
+    threshold_chars: 60_000,
+    keep_chars: 20_000,
+};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Print the results as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// A smoke run: a few hundred operations per figure, for CI.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// How many operations each figure takes.
+struct Sizes {
+    sequential: usize,
+    concurrent: usize,
+    compactions: usize,
+    cost_sessions: usize,
+}
+
+impl Sizes {
+    fn of(args: &BenchArgs) -> Self {
+        if args.quick {
+            Self {
+                sequential: 200,
+                concurrent: 2_000,
+                compactions: 128,
+                cost_sessions: 5,
+            }
+        } else {
+            Self {
+                sequential: 3_000,
+                concurrent: 40_000,
+                compactions: 1_280,
+                cost_sessions: 40,
+            }
+        }
+    }
+}
+
+/// Runs the benchmark and prints the report.
+///
+/// # Errors
+/// When a service is unreachable or a measured operation fails.
+pub async fn run(settings: &Settings, args: &BenchArgs) -> anyhow::Result<()> {
+    let sizes = Sizes::of(args);
+    let tag = format!("{:08x}", fastrand::u32(..));
+    let database_url = PgStore::url_with_database(
+        settings.database_url.expose(),
+        &format!("summarizer_bench_{tag}"),
+    )?;
+    PgStore::create_database_if_missing(&database_url).await?;
+    let store = PgStore::connect_lazy(&database_url, POOL, Duration::from_secs(30))?;
+    store
+        .migrate()
+        .await
+        .context("migrating the bench database")?;
+    let result = measure(settings, &sizes, &tag, &database_url, &store).await;
+    store.pool().close().await;
+    PgStore::drop_database(&database_url).await?;
+    let report = result?;
+    if args.json {
+        let json = serde_json::json!({
+            "machine": {
+                "cpus": std::thread::available_parallelism().map(usize::from).unwrap_or(0),
+                "quick": args.quick,
+            },
+            "measurements": report,
+            "targets": report.targets(),
+        });
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
+async fn measure(
+    settings: &Settings,
+    sizes: &Sizes,
+    tag: &str,
+    database_url: &str,
+    store: &PgStore,
+) -> anyhow::Result<Report> {
+    let seeded = seed::sessions(store, sizes.compactions, sizes.cost_sessions).await?;
+    let llm = crate::fake_llm::start(
+        0.0,
+        LLM_LATENCY.as_millis() as u64..LLM_LATENCY.as_millis() as u64,
+    )
+    .await?;
+    let subject = format!("summarizer.bench.{tag}.turn.starting");
+    let mut worker = spawn_worker(database_url, &subject, tag, &llm.url)?;
+    let nats = || async {
+        crate::transport::connect_options(settings, "summarizer-bench")
+            .await?
+            .connect(settings.nats_url.expose())
+            .await
+            .context("connecting to NATS")
+    };
+    let client = TurnClient::new(nats().await?, subject);
+    wait_ready(&client, &seeded.small[0]).await?;
+    let pid = worker.id().context("the worker exited")?;
+    let rss_idle = rss_kb(pid, "VmRSS")?;
+
+    let mut report = Report::default();
+    // Baselines.
+    let echo_subject = format!("summarizer.bench.{tag}.echo");
+    let echo = echo_server(nats().await?, echo_subject.clone()).await?;
+    let echo_client = nats().await?;
+    let payload = crate::protocol::Request {
+        session_id: seeded.small[0].clone(),
+        request_id: Some("00000000".into()),
+    }
+    .encode();
+    for concurrency in [1, CONCURRENCY] {
+        let (client, subject, payload) =
+            (echo_client.clone(), echo_subject.clone(), payload.clone());
+        let m = load::run(concurrency, sizes.ops(concurrency), move |_| {
+            let (client, subject, payload) = (client.clone(), subject.clone(), payload.clone());
+            async move {
+                client.request(subject, payload.into()).await?;
+                Ok(())
+            }
+        })
+        .await?;
+        report.nats_echo.push(m);
+    }
+    echo.abort();
+    let baseline_pool = PgStore::connect_lazy(database_url, POOL, Duration::from_secs(30))?;
+    for concurrency in [1, CONCURRENCY] {
+        let (pool, small) = (baseline_pool.clone(), Arc::new(seeded.small.clone()));
+        let m = load::run(concurrency, sizes.ops(concurrency), move |i| {
+            let (pool, small) = (pool.clone(), small.clone());
+            async move {
+                pool.counters(&small[i % small.len()]).await?;
+                Ok(())
+            }
+        })
+        .await?;
+        report.postgres_select.push(m);
+    }
+    baseline_pool.pool().close().await;
+
+    // Our no-op path, end to end.
+    for concurrency in [1, CONCURRENCY] {
+        let m = turns(
+            &client,
+            concurrency,
+            sizes.ops(concurrency),
+            Arc::new(seeded.small.clone()),
+            Status::Skipped,
+        )
+        .await?;
+        report.noop.push(m);
+    }
+    for session in [&seeded.ten, &seeded.huge] {
+        let m = turns(
+            &client,
+            1,
+            sizes.sequential,
+            Arc::new(vec![session.clone()]),
+            Status::Skipped,
+        )
+        .await?;
+        report.noop_by_length.push(m);
+    }
+
+    // The compaction path: every request compacts a session of its own.
+    let m = turns(
+        &client,
+        CONCURRENCY,
+        seeded.over.len(),
+        Arc::new(seeded.over.clone()),
+        Status::Compacted,
+    )
+    .await?;
+    report.compactions = Some(m);
+    report.little_bound = CONCURRENCY as f64 / LLM_LATENCY.as_secs_f64();
+    report.rss_idle_mb = rss_idle as f64 / 1024.0;
+    report.rss_peak_mb = rss_kb(pid, "VmHWM")? as f64 / 1024.0;
+    stop(&mut worker).await;
+
+    report.worker_cost = Some(worker_cost(store, &seeded.thousand).await?);
+    Ok(report)
+}
+
+impl Sizes {
+    fn ops(&self, concurrency: usize) -> usize {
+        if concurrency == 1 {
+            self.sequential
+        } else {
+            self.concurrent
+        }
+    }
+}
+
+/// Turn-starting requests for `sessions` (the i-th op takes session i modulo their
+/// number); every reply must have status `expect`.
+async fn turns(
+    client: &TurnClient,
+    concurrency: usize,
+    total: usize,
+    sessions: Arc<Vec<String>>,
+    expect: Status,
+) -> anyhow::Result<Measurement> {
+    let client = client.clone();
+    load::run(concurrency, total, move |i| {
+        let (client, sessions) = (client.clone(), sessions.clone());
+        async move {
+            match client
+                .turn_starting(&sessions[i % sessions.len()], Duration::from_secs(30))
+                .await
+            {
+                Decision::Replied(reply) if reply.status == expect => Ok(()),
+                other => bail!("expected {}, got {other:?}", expect.as_str()),
+            }
+        }
+    })
+    .await
+}
+
+/// The worker's own cost per compaction (load, plan, commit) on 1,000-message sessions,
+/// in this process, with a summarizer that answers at once.
+async fn worker_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<Measurement> {
+    let policy = Policy {
+        enabled: true,
+        limits: LIMITS,
+        lease_duration: Duration::from_secs(60),
+        failure_backoff: Duration::ZERO,
+        failure_backoff_max: Duration::ZERO,
+    };
+    let worker = Arc::new(Worker::new(store.clone(), Arc::new(Instant), policy));
+    let sessions = Arc::new(sessions.to_vec());
+    load::run(1, sessions.len(), move |i| {
+        let (worker, sessions) = (worker.clone(), sessions.clone());
+        async move {
+            let event = Event::new(sessions[i].clone(), None);
+            match worker.process(&event).await.outcome {
+                Outcome::Compacted(_) => Ok(()),
+                other => bail!("expected a compaction, got {other:?}"),
+            }
+        }
+    })
+    .await
+}
+
+/// A summarizer that answers at once, so only the worker's own work is timed.
+struct Instant;
+
+impl Summarizer for Instant {
+    fn summarize<'a>(&'a self, _old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
+        futures_util::future::ready(Ok(Summary {
+            text: "**Investigating:** bench\n**Key findings:**\n- none\n**Ruled out:** nothing ruled out yet\n**Current state:** benchmarking".into(),
+            model: "instant".into(),
+            prompt_tokens: None,
+            completion_tokens: None,
+        }))
+        .boxed()
+    }
+}
+
+async fn echo_server(
+    nats: async_nats::Client,
+    subject: String,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let mut requests = nats.queue_subscribe(subject, "bench-echo".into()).await?;
+    nats.flush().await?;
+    Ok(tokio::spawn(async move {
+        while let Some(request) = requests.next().await {
+            if let Some(reply) = request.reply {
+                let _ = nats.publish(reply, request.payload).await;
+            }
+        }
+    }))
+}
+
+fn spawn_worker(
+    database_url: &str,
+    subject: &str,
+    tag: &str,
+    llm_url: &str,
+) -> anyhow::Result<Child> {
+    let env: HashMap<&str, String> = HashMap::from([
+        ("DATABASE_URL", database_url.to_owned()),
+        ("NATS_SUBJECT", subject.to_owned()),
+        ("NATS_QUEUE_GROUP", format!("summarizer-bench-{tag}")),
+        ("SUMMARIZATION_ENABLED", "true".into()),
+        (
+            "SUMMARIZATION_THRESHOLD_CHARS",
+            LIMITS.threshold_chars.to_string(),
+        ),
+        ("SUMMARIZATION_KEEP_CHARS", LIMITS.keep_chars.to_string()),
+        ("WORKER_CONCURRENCY", CONCURRENCY.to_string()),
+        ("DATABASE_MAX_CONNECTIONS", POOL.to_string()),
+        ("LLM_PROVIDER", "openai".into()),
+        ("LLM_BASE_URL", llm_url.to_owned()),
+        ("LLM_API_KEY", "bench".into()),
+        ("HTTP_ADDR", String::new()),
+        ("RUST_LOG", "warn".into()),
+    ]);
+    Command::new(std::env::current_exe()?)
+        .arg("worker")
+        .envs(env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the worker")
+}
+
+async fn wait_ready(client: &TurnClient, session: &str) -> anyhow::Result<()> {
+    for _ in 0..300 {
+        if let Decision::Replied(reply) =
+            client.turn_starting(session, Duration::from_secs(1)).await
+        {
+            if reply.reason == Reason::BelowThreshold {
+                return Ok(());
+            }
+            bail!("the worker answered {reply:?} for a small session");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("the worker did not come up within 30 s")
+}
+
+async fn stop(worker: &mut Child) {
+    if let Some(pid) = worker.id() {
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await;
+    }
+    if tokio::time::timeout(Duration::from_secs(10), worker.wait())
+        .await
+        .is_err()
+    {
+        let _ = worker.kill().await;
+    }
+}
+
+/// A `/proc/<pid>/status` field in kB (`VmRSS` now, `VmHWM` the peak).
+fn rss_kb(pid: u32, field: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|value| value.trim().trim_end_matches(" kB").parse().ok())
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}

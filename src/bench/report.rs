@@ -1,0 +1,189 @@
+//! The bench's figures, each beside its baseline, the ratio and the target it is held to.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::load::Measurement;
+
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    /// Bare NATS request/reply echo on a queue group: concurrency 1, then 64.
+    pub nats_echo: Vec<Measurement>,
+    /// Bare Postgres primary-key SELECT through a pool of the worker's size: 1, then 64.
+    pub postgres_select: Vec<Measurement>,
+    /// Our no-op path end to end (below the threshold): 1, then 64.
+    pub noop: Vec<Measurement>,
+    /// The no-op path at concurrency 1 on a 10-message, then a 10,000-message session.
+    pub noop_by_length: Vec<Measurement>,
+    /// One compaction per request, concurrency 64, the LLM answering after 200 ms.
+    pub compactions: Option<Measurement>,
+    /// Concurrency / LLM latency: the most compactions per second the LLM allows.
+    pub little_bound: f64,
+    /// The worker's own cost per compaction of a 1,000-message session, LLM excluded.
+    pub worker_cost: Option<Measurement>,
+    pub rss_idle_mb: f64,
+    pub rss_peak_mb: f64,
+}
+
+/// One target of the issue, checked.
+#[derive(Debug, Serialize)]
+pub struct Target {
+    pub figure: &'static str,
+    pub ours: f64,
+    pub baseline: f64,
+    pub unit: &'static str,
+    pub ratio: f64,
+    pub target: &'static str,
+    pub met: bool,
+}
+
+impl Report {
+    pub fn targets(&self) -> Vec<Target> {
+        let mut targets = Vec::new();
+        let pair = |m: &[Measurement]| (m.first().copied(), m.get(1).copied());
+        let (nats1, _) = pair(&self.nats_echo);
+        let (pg1, pg64) = pair(&self.postgres_select);
+        let (noop1, noop64) = pair(&self.noop);
+        let (ten, huge) = pair(&self.noop_by_length);
+        if let (Some(ours), Some(pg)) = (noop64, pg64) {
+            let ratio = ours.throughput / pg.throughput;
+            targets.push(Target {
+                figure: "no-op throughput, concurrency 64 (vs bare PG select)",
+                ours: ours.throughput,
+                baseline: pg.throughput,
+                unit: "req/s",
+                ratio,
+                target: ">= 1.0x",
+                met: ratio >= 1.0,
+            });
+        }
+        if let (Some(ours), Some(nats), Some(pg)) = (noop1, nats1, pg1) {
+            let baseline = nats.p50_us + pg.p50_us;
+            targets.push(Target {
+                figure: "no-op p50, concurrency 1 (vs NATS p50 + PG p50)",
+                ours: ours.p50_us,
+                baseline,
+                unit: "us",
+                ratio: ours.p50_us / baseline,
+                target: "<= baseline + 150 us",
+                met: ours.p50_us <= baseline + 150.0,
+            });
+        }
+        if let (Some(huge), Some(ten)) = (huge, ten) {
+            let ratio = huge.p50_us / ten.p50_us;
+            targets.push(Target {
+                figure: "no-op p50, 10,000 vs 10 messages",
+                ours: huge.p50_us,
+                baseline: ten.p50_us,
+                unit: "us",
+                ratio,
+                target: "<= 1.2x",
+                met: ratio <= 1.2,
+            });
+        }
+        if let Some(ours) = self.compactions {
+            let ratio = ours.throughput / self.little_bound;
+            targets.push(Target {
+                figure: "compactions/s, concurrency 64, LLM 200 ms (vs Little's law)",
+                ours: ours.throughput,
+                baseline: self.little_bound,
+                unit: "/s",
+                ratio,
+                target: ">= 0.8x",
+                met: ratio >= 0.8,
+            });
+        }
+        if let Some(cost) = self.worker_cost {
+            targets.push(Target {
+                figure: "worker cost per 1,000-message compaction, p50",
+                ours: cost.p50_us / 1000.0,
+                baseline: 10.0,
+                unit: "ms",
+                ratio: cost.p50_us / 1000.0 / 10.0,
+                target: "<= 10 ms",
+                met: cost.p50_us <= 10_000.0,
+            });
+        }
+        targets.push(Target {
+            figure: "worker resident memory, idle",
+            ours: self.rss_idle_mb,
+            baseline: 64.0,
+            unit: "MB",
+            ratio: self.rss_idle_mb / 64.0,
+            target: "<= 64 MB",
+            met: self.rss_idle_mb <= 64.0,
+        });
+        targets.push(Target {
+            figure: "worker resident memory, peak during compactions",
+            ours: self.rss_peak_mb,
+            baseline: 256.0,
+            unit: "MB",
+            ratio: self.rss_peak_mb / 256.0,
+            target: "<= 256 MB",
+            met: self.rss_peak_mb <= 256.0,
+        });
+        targets
+    }
+}
+
+fn row(f: &mut fmt::Formatter<'_>, name: &str, m: &Measurement) -> fmt::Result {
+    writeln!(
+        f,
+        "  {name:<44} c={:<3} {:>10.0}/s  p50 {:>8.0} us  p99 {:>8.0} us  ({} ops)",
+        m.concurrency, m.throughput, m.p50_us, m.p99_us, m.operations
+    )
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "measurements")?;
+        for m in &self.nats_echo {
+            row(f, "bare NATS request/reply echo", m)?;
+        }
+        for m in &self.postgres_select {
+            row(f, "bare Postgres primary-key SELECT", m)?;
+        }
+        for m in &self.noop {
+            row(f, "no-op turn (client, NATS, worker, Postgres)", m)?;
+        }
+        for (m, name) in self.noop_by_length.iter().zip([
+            "no-op turn, 10-message session",
+            "no-op turn, 10,000-message session",
+        ]) {
+            row(f, name, m)?;
+        }
+        if let Some(m) = &self.compactions {
+            row(f, "compaction turn (LLM 200 ms)", m)?;
+        }
+        if let Some(m) = &self.worker_cost {
+            row(f, "worker cost, 1,000-message compaction", m)?;
+        }
+        writeln!(
+            f,
+            "  worker RSS: {:.1} MB idle, {:.1} MB peak",
+            self.rss_idle_mb, self.rss_peak_mb
+        )?;
+        writeln!(f, "\ntargets")?;
+        writeln!(
+            f,
+            "  {:<62} {:>12} {:>12} {:>7}  {:<22} met",
+            "figure", "ours", "baseline", "ratio", "target"
+        )?;
+        for t in self.targets() {
+            writeln!(
+                f,
+                "  {:<62} {:>8.1} {:<3} {:>8.1} {:<3} {:>6.2}x  {:<22} {}",
+                t.figure,
+                t.ours,
+                t.unit,
+                t.baseline,
+                t.unit,
+                t.ratio,
+                t.target,
+                if t.met { "yes" } else { "NO" }
+            )?;
+        }
+        Ok(())
+    }
+}

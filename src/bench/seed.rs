@@ -1,0 +1,55 @@
+//! The bench's sessions, written in a few set-based statements (explicit seqs keep each
+//! session's order whatever order the rows are inserted in).
+
+use crate::store::PgStore;
+
+pub struct Seeded {
+    /// 1,000 sessions of 10 messages, below the threshold.
+    pub small: Vec<String>,
+    /// One session of 10 messages and one of 10,000, both below the threshold.
+    pub ten: String,
+    pub huge: String,
+    /// Sessions of 20 messages (80,000 chars), over the threshold.
+    pub over: Vec<String>,
+    /// Sessions of 1,000 messages (100,000 chars), over the threshold.
+    pub thousand: Vec<String>,
+}
+
+/// `sessions` sessions named `<prefix><n>` of `messages` messages of `chars` chars, a
+/// human turn every fourth message.
+async fn insert(
+    store: &PgStore,
+    prefix: &str,
+    sessions: usize,
+    messages: usize,
+    chars: usize,
+) -> anyhow::Result<Vec<String>> {
+    sqlx::query(
+        "INSERT INTO messages (session_id, seq, role, content)
+         SELECT $1 || s, m, CASE WHEN m % 4 = 0 THEN 'user' ELSE 'assistant' END, repeat('x', $4)
+         FROM generate_series(1, $2) AS s, generate_series(0, $3 - 1) AS m",
+    )
+    .bind(prefix)
+    .bind(i32::try_from(sessions)?)
+    .bind(i32::try_from(messages)?)
+    .bind(i32::try_from(chars)?)
+    .execute(store.pool())
+    .await?;
+    Ok((1..=sessions).map(|n| format!("{prefix}{n}")).collect())
+}
+
+pub async fn sessions(store: &PgStore, over: usize, thousand: usize) -> anyhow::Result<Seeded> {
+    let small = insert(store, "bench-small-", 1_000, 10, 200).await?;
+    let ten = insert(store, "bench-ten-", 1, 10, 200).await?.remove(0);
+    let huge = insert(store, "bench-huge-", 1, 10_000, 5).await?.remove(0);
+    let over = insert(store, "bench-over-", over, 20, 4_000).await?;
+    let thousand = insert(store, "bench-thousand-", thousand, 1_000, 100).await?;
+    sqlx::query("ANALYZE").execute(store.pool()).await?;
+    Ok(Seeded {
+        small,
+        ten,
+        huge,
+        over,
+        thousand,
+    })
+}
