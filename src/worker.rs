@@ -15,7 +15,7 @@ use crate::llm::Summarizer;
 use crate::message::{Message, char_count};
 use crate::outcome::{Compaction, Outcome, Reason};
 use crate::planner;
-use crate::store::{CommitError, NewSummary, PgStore};
+use crate::store::{CommitError, CounterReader, NewSummary, PgStore};
 use crate::summary;
 
 /// What a worker needs to know of the settings.
@@ -60,6 +60,7 @@ pub struct Processed {
 
 pub struct Worker {
     store: PgStore,
+    counters: CounterReader,
     summarizer: Arc<dyn Summarizer>,
     policy: Policy,
     /// Distinguishes this process's leases from other workers' in `sessions.lease_owner`.
@@ -67,9 +68,11 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// Starts the worker's batching task: call it inside the runtime.
     pub fn new(store: PgStore, summarizer: Arc<dyn Summarizer>, policy: Policy) -> Self {
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".to_owned());
         Self {
+            counters: CounterReader::spawn(store.clone()),
             store,
             summarizer,
             policy,
@@ -95,7 +98,7 @@ impl Worker {
         if !self.policy.enabled {
             return (Outcome::Skipped(Reason::Disabled), None);
         }
-        let counters = match self.store.counters(&event.session_id).await {
+        let counters = match self.counters.counters(&event.session_id).await {
             Ok(Some(counters)) => counters,
             Ok(None) => return (Outcome::Skipped(Reason::UnknownSession), None),
             Err(e) => return (store_failure(event, "reading the session", &e), None),

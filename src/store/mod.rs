@@ -6,6 +6,7 @@
 //! owner id.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -15,10 +16,17 @@ use sqlx::{ConnectOptions, Connection, PgPool, Row};
 
 use crate::message::{Message, Role};
 
-/// The database could not be reached, or a statement failed.
-#[derive(Debug, thiserror::Error)]
+/// The database could not be reached, or a statement failed. Cheap to clone, so one
+/// failed batch can be reported to every event in it.
+#[derive(Clone, Debug, thiserror::Error)]
 #[error(transparent)]
-pub struct StoreError(#[from] sqlx::Error);
+pub struct StoreError(Arc<sqlx::Error>);
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        Self(Arc::new(e))
+    }
+}
 
 /// Why a commit wrote nothing. The session is unchanged in every case.
 #[derive(Debug, thiserror::Error)]
@@ -36,9 +44,13 @@ pub enum CommitError {
 
 impl From<sqlx::Error> for CommitError {
     fn from(e: sqlx::Error) -> Self {
-        Self::Store(StoreError(e))
+        Self::Store(e.into())
     }
 }
+
+mod batch;
+
+pub use batch::CounterReader;
 
 /// A session's counters, maintained by triggers on `messages`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
