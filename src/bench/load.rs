@@ -2,6 +2,7 @@
 //! `total` have run; latencies are kept whole, so percentiles are exact.
 
 use std::future::Future;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -19,14 +20,16 @@ pub struct Measurement {
     pub p99_us: f64,
 }
 
-/// Runs `operation(i)` for `i` in `0..total`, `concurrency` at a time. The operation
-/// returns false when it did not do what was measured; any such run is an error.
+/// Runs `warmup` untimed operations (indices `total..total + warmup`, so that a caller
+/// can give them inputs of their own), then times `operation(i)` for `i` in `0..total`,
+/// `concurrency` at a time.
 ///
 /// # Errors
-/// When an operation fails.
+/// When an operation fails: it did not do what was measured.
 pub async fn run<F, Fut>(
     concurrency: usize,
     total: usize,
+    warmup: usize,
     operation: F,
 ) -> anyhow::Result<Measurement>
 where
@@ -34,29 +37,9 @@ where
     Fut: Future<Output = anyhow::Result<()>> + Send,
 {
     let operation = Arc::new(operation);
-    let next = Arc::new(AtomicUsize::new(0));
+    each(concurrency, total..total + warmup, operation.clone()).await?;
     let started = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (operation, next) = (operation.clone(), next.clone());
-            tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= total {
-                        return Ok::<_, anyhow::Error>(latencies);
-                    }
-                    let began = Instant::now();
-                    operation(i).await?;
-                    latencies.push(began.elapsed());
-                }
-            })
-        })
-        .collect();
-    let mut latencies: Vec<Duration> = Vec::with_capacity(total);
-    for task in tasks {
-        latencies.extend(task.await??);
-    }
+    let mut latencies = each(concurrency, 0..total, operation).await?;
     let elapsed = started.elapsed();
     latencies.sort_unstable();
     Ok(Measurement {
@@ -66,6 +49,42 @@ where
         p50_us: percentile(&latencies, 0.50),
         p99_us: percentile(&latencies, 0.99),
     })
+}
+
+/// The latency of `operation(i)` for each `i` of `indices`, `concurrency` at a time.
+async fn each<F, Fut>(
+    concurrency: usize,
+    indices: Range<usize>,
+    operation: Arc<F>,
+) -> anyhow::Result<Vec<Duration>>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send,
+{
+    let next = Arc::new(AtomicUsize::new(indices.start));
+    let end = indices.end;
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (operation, next) = (operation.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= end {
+                        return Ok::<_, anyhow::Error>(latencies);
+                    }
+                    let began = Instant::now();
+                    operation(i).await?;
+                    latencies.push(began.elapsed());
+                }
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(indices.len());
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    Ok(latencies)
 }
 
 /// The `q` quantile of sorted `latencies`, in microseconds.

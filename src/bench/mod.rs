@@ -51,6 +51,9 @@ pub struct BenchArgs {
     /// A smoke run: a few hundred operations per figure, for CI.
     #[arg(long)]
     pub quick: bool,
+    /// Internal: serve the NATS echo baseline on this subject.
+    #[arg(long, hide = true)]
+    pub serve_echo: Option<String>,
 }
 
 /// How many operations each figure takes.
@@ -86,6 +89,9 @@ impl Sizes {
 /// # Errors
 /// When a service is unreachable or a measured operation fails.
 pub async fn run(settings: &Settings, args: &BenchArgs) -> anyhow::Result<()> {
+    if let Some(subject) = &args.serve_echo {
+        return serve_echo(settings, subject).await;
+    }
     let sizes = Sizes::of(args);
     let tag = format!("{:08x}", fastrand::u32(..));
     let database_url = PgStore::url_with_database(
@@ -125,7 +131,7 @@ async fn measure(
     database_url: &str,
     store: &PgStore,
 ) -> anyhow::Result<Report> {
-    let seeded = seed::sessions(store, sizes.compactions, sizes.cost_sessions).await?;
+    let seeded = seed::sessions(store, sizes.compactions, sizes.cost_sessions + COST_WARMUP).await?;
     let llm = crate::fake_llm::start(
         0.0,
         LLM_LATENCY.as_millis() as u64..LLM_LATENCY.as_millis() as u64,
@@ -147,9 +153,16 @@ async fn measure(
 
     let mut report = Report::default();
     // Baselines.
+    // The echo runs in a process of its own, as the worker does, so both round trips
+    // cross the same process boundaries.
     let echo_subject = format!("summarizer.bench.{tag}.echo");
-    let echo = echo_server(nats().await?, echo_subject.clone()).await?;
+    let mut echo = Command::new(std::env::current_exe()?)
+        .args(["bench", "--serve-echo", &echo_subject])
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the echo server")?;
     let echo_client = nats().await?;
+    wait_for_echo(&echo_client, &echo_subject).await?;
     let payload = crate::protocol::Request {
         session_id: seeded.small[0].clone(),
         request_id: Some("00000000".into()),
@@ -158,7 +171,7 @@ async fn measure(
     for concurrency in [1, CONCURRENCY] {
         let (client, subject, payload) =
             (echo_client.clone(), echo_subject.clone(), payload.clone());
-        let m = load::run(concurrency, sizes.ops(concurrency), move |_| {
+        let m = load::run(concurrency, sizes.ops(concurrency), sizes.warmup(concurrency), move |_| {
             let (client, subject, payload) = (client.clone(), subject.clone(), payload.clone());
             async move {
                 client.request(subject, payload.into()).await?;
@@ -168,11 +181,10 @@ async fn measure(
         .await?;
         report.nats_echo.push(m);
     }
-    echo.abort();
     let baseline_pool = PgStore::connect_lazy(database_url, POOL, Duration::from_secs(30))?;
     for concurrency in [1, CONCURRENCY] {
         let (pool, small) = (baseline_pool.clone(), Arc::new(seeded.small.clone()));
-        let m = load::run(concurrency, sizes.ops(concurrency), move |i| {
+        let m = load::run(concurrency, sizes.ops(concurrency), sizes.warmup(concurrency), move |i| {
             let (pool, small) = (pool.clone(), small.clone());
             async move {
                 pool.counters(&small[i % small.len()]).await?;
@@ -190,6 +202,7 @@ async fn measure(
             &client,
             concurrency,
             sizes.ops(concurrency),
+            sizes.warmup(concurrency),
             Arc::new(seeded.small.clone()),
             Status::Skipped,
         )
@@ -201,6 +214,7 @@ async fn measure(
             &client,
             1,
             sizes.sequential,
+            sizes.warmup(1),
             Arc::new(vec![session.clone()]),
             Status::Skipped,
         )
@@ -208,11 +222,13 @@ async fn measure(
         report.noop_by_length.push(m);
     }
 
-    // The compaction path: every request compacts a session of its own.
+    // The compaction path: every request compacts a session of its own (so no warm-up;
+    // the no-op runs warmed the worker).
     let m = turns(
         &client,
         CONCURRENCY,
         seeded.over.len(),
+        0,
         Arc::new(seeded.over.clone()),
         Status::Compacted,
     )
@@ -224,6 +240,7 @@ async fn measure(
     stop(&mut worker).await;
 
     report.worker_cost = Some(worker_cost(store, &seeded.thousand).await?);
+    echo.kill().await?;
     Ok(report)
 }
 
@@ -235,7 +252,15 @@ impl Sizes {
             self.concurrent
         }
     }
+
+    /// A tenth of the timed operations, untimed, first.
+    fn warmup(&self, concurrency: usize) -> usize {
+        self.ops(concurrency) / 10
+    }
 }
+
+/// Untimed 1,000-message compactions before the timed ones.
+const COST_WARMUP: usize = 3;
 
 /// Turn-starting requests for `sessions` (the i-th op takes session i modulo their
 /// number); every reply must have status `expect`.
@@ -243,11 +268,12 @@ async fn turns(
     client: &TurnClient,
     concurrency: usize,
     total: usize,
+    warmup: usize,
     sessions: Arc<Vec<String>>,
     expect: Status,
 ) -> anyhow::Result<Measurement> {
     let client = client.clone();
-    load::run(concurrency, total, move |i| {
+    load::run(concurrency, total, warmup, move |i| {
         let (client, sessions) = (client.clone(), sessions.clone());
         async move {
             match client
@@ -274,7 +300,8 @@ async fn worker_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<Mea
     };
     let worker = Arc::new(Worker::new(store.clone(), Arc::new(Instant), policy));
     let sessions = Arc::new(sessions.to_vec());
-    load::run(1, sessions.len(), move |i| {
+    // The last sessions warm the pool and caches; the others are timed.
+    load::run(1, sessions.len() - COST_WARMUP, COST_WARMUP, move |i| {
         let (worker, sessions) = (worker.clone(), sessions.clone());
         async move {
             let event = Event::new(sessions[i].clone(), None);
@@ -302,19 +329,31 @@ impl Summarizer for Instant {
     }
 }
 
-async fn echo_server(
-    nats: async_nats::Client,
-    subject: String,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let mut requests = nats.queue_subscribe(subject, "bench-echo".into()).await?;
-    nats.flush().await?;
-    Ok(tokio::spawn(async move {
-        while let Some(request) = requests.next().await {
-            if let Some(reply) = request.reply {
-                let _ = nats.publish(reply, request.payload).await;
-            }
+/// `summarizer bench --serve-echo SUBJECT`: the NATS baseline's server, answering every
+/// request with its own payload, on a queue group, until killed.
+async fn serve_echo(settings: &Settings, subject: &str) -> anyhow::Result<()> {
+    let nats = crate::transport::connect_options(settings, "summarizer-bench-echo")
+        .await?
+        .connect(settings.nats_url.expose())
+        .await?;
+    let mut requests = nats.queue_subscribe(subject.to_owned(), "bench-echo".into()).await?;
+    while let Some(request) = requests.next().await {
+        if let Some(reply) = request.reply {
+            nats.publish(reply, request.payload).await?;
         }
-    }))
+    }
+    Ok(())
+}
+
+async fn wait_for_echo(client: &async_nats::Client, subject: &str) -> anyhow::Result<()> {
+    for _ in 0..300 {
+        let request = async_nats::Request::new().timeout(Some(Duration::from_secs(1)));
+        if client.send_request(subject.to_owned(), request).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("the echo server did not come up")
 }
 
 fn spawn_worker(

@@ -2,11 +2,14 @@
 //! session's counters, and under load those reads become one `= ANY($1)` query per batch
 //! instead of one query per event.
 //!
-//! No event waits for a batch to fill: while fewer than [`MAX_IN_FLIGHT`] queries are
-//! running, a lookup is sent at once (alone, at low load). Only when that many are in
-//! flight do new lookups gather, and they go together as soon as one returns.
+//! No event waits for a batch to fill: when no query is in flight, a lookup is sent at
+//! once, alone, from the event's own task (no hop through the batching task at low
+//! load). Otherwise it joins the batching task, which runs up to [`MAX_IN_FLIGHT`]
+//! queries and sends whatever gathered meanwhile as soon as one returns.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -15,9 +18,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{Counters, PgStore, StoreError, counters_from};
 
-/// Queries in flight before lookups gather. Small: the database shares the machine, and
-/// fewer, larger queries cost it less than many small ones.
-const MAX_IN_FLIGHT: usize = 4;
+/// Batched queries in flight at once. Small: the database shares the machine, and fewer,
+/// larger queries cost it less than many small ones.
+const MAX_IN_FLIGHT: usize = 2;
 /// The most sessions one query asks for.
 const MAX_BATCH: usize = 512;
 
@@ -31,15 +34,50 @@ struct Lookup {
 /// A handle to the batching task; cheap to clone. The task ends with the last handle.
 #[derive(Clone, Debug)]
 pub struct CounterReader {
+    store: PgStore,
     lookups: mpsc::UnboundedSender<Lookup>,
+    /// Queries running now, direct or batched.
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Counts a query in flight for as long as it lives.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    /// Takes a slot if fewer than `limit` are taken.
+    fn try_take(counter: &Arc<AtomicUsize>, limit: usize) -> Option<Self> {
+        counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
+            .ok()
+            .map(|_| Self(counter.clone()))
+    }
+}
+
+impl InFlight {
+    /// Takes a slot whatever the count.
+    fn forced(counter: &Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Ordering::AcqRel);
+        Self(counter.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl CounterReader {
     /// Starts the batching task on the current runtime.
     pub fn spawn(store: PgStore) -> Self {
         let (lookups, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(run(store, receiver));
-        Self { lookups }
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(run(store.clone(), receiver, in_flight.clone()));
+        Self {
+            store,
+            lookups,
+            in_flight,
+        }
     }
 
     /// The session's counters, `None` for a session with no row.
@@ -47,6 +85,9 @@ impl CounterReader {
     /// # Errors
     /// When the database is unreachable (every lookup of the batch gets the error).
     pub async fn counters(&self, session_id: &str) -> Answer {
+        if let Some(_slot) = InFlight::try_take(&self.in_flight, 1) {
+            return self.store.counters(session_id).await;
+        }
         let (answer, receiver) = oneshot::channel();
         let lookup = Lookup {
             session_id: session_id.to_owned(),
@@ -61,7 +102,11 @@ impl CounterReader {
     }
 }
 
-async fn run(store: PgStore, mut lookups: mpsc::UnboundedReceiver<Lookup>) {
+async fn run(
+    store: PgStore,
+    mut lookups: mpsc::UnboundedReceiver<Lookup>,
+    slots: Arc<AtomicUsize>,
+) {
     let mut waiting: Vec<Lookup> = Vec::new();
     let mut in_flight = FuturesUnordered::new();
     let mut open = true;
@@ -76,16 +121,23 @@ async fn run(store: PgStore, mut lookups: mpsc::UnboundedReceiver<Lookup>) {
         while let Ok(lookup) = lookups.try_recv() {
             waiting.push(lookup);
         }
-        while !waiting.is_empty() && in_flight.len() < MAX_IN_FLIGHT {
+        // A direct query's completion wakes nothing here, so a batch also goes when the
+        // slots are taken but none of them by a batch of ours.
+        while !waiting.is_empty() {
+            let slot = match InFlight::try_take(&slots, MAX_IN_FLIGHT) {
+                Some(slot) => slot,
+                None if in_flight.is_empty() => InFlight::forced(&slots),
+                None => break,
+            };
             let rest = waiting.split_off(waiting.len().min(MAX_BATCH));
             let batch = std::mem::replace(&mut waiting, rest);
-            in_flight.push(answer(store.clone(), batch));
+            in_flight.push(answer(store.clone(), batch, slot));
         }
     }
 }
 
 /// One query for the whole batch; each lookup gets its session's row.
-async fn answer(store: PgStore, batch: Vec<Lookup>) {
+async fn answer(store: PgStore, batch: Vec<Lookup>, _slot: InFlight) {
     let mut ids: Vec<&str> = batch.iter().map(|l| l.session_id.as_str()).collect();
     ids.sort_unstable();
     ids.dedup();
