@@ -131,7 +131,8 @@ async fn measure(
     database_url: &str,
     store: &PgStore,
 ) -> anyhow::Result<Report> {
-    let seeded = seed::sessions(store, sizes.compactions, sizes.cost_sessions + COST_WARMUP).await?;
+    let seeded =
+        seed::sessions(store, sizes.compactions, sizes.cost_sessions + COST_WARMUP).await?;
     let llm = crate::fake_llm::start(
         0.0,
         LLM_LATENCY.as_millis() as u64..LLM_LATENCY.as_millis() as u64,
@@ -171,26 +172,36 @@ async fn measure(
     for concurrency in [1, CONCURRENCY] {
         let (client, subject, payload) =
             (echo_client.clone(), echo_subject.clone(), payload.clone());
-        let m = load::run(concurrency, sizes.ops(concurrency), sizes.warmup(concurrency), move |_| {
-            let (client, subject, payload) = (client.clone(), subject.clone(), payload.clone());
-            async move {
-                client.request(subject, payload.into()).await?;
-                Ok(())
-            }
-        })
+        let m = load::run(
+            concurrency,
+            sizes.ops(concurrency),
+            sizes.warmup(concurrency),
+            move |_| {
+                let (client, subject, payload) = (client.clone(), subject.clone(), payload.clone());
+                async move {
+                    client.request(subject, payload.into()).await?;
+                    Ok(())
+                }
+            },
+        )
         .await?;
         report.nats_echo.push(m);
     }
     let baseline_pool = PgStore::connect_lazy(database_url, POOL, Duration::from_secs(30))?;
     for concurrency in [1, CONCURRENCY] {
         let (pool, small) = (baseline_pool.clone(), Arc::new(seeded.small.clone()));
-        let m = load::run(concurrency, sizes.ops(concurrency), sizes.warmup(concurrency), move |i| {
-            let (pool, small) = (pool.clone(), small.clone());
-            async move {
-                pool.counters(&small[i % small.len()]).await?;
-                Ok(())
-            }
-        })
+        let m = load::run(
+            concurrency,
+            sizes.ops(concurrency),
+            sizes.warmup(concurrency),
+            move |i| {
+                let (pool, small) = (pool.clone(), small.clone());
+                async move {
+                    pool.counters(&small[i % small.len()]).await?;
+                    Ok(())
+                }
+            },
+        )
         .await?;
         report.postgres_select.push(m);
     }
@@ -336,7 +347,9 @@ async fn serve_echo(settings: &Settings, subject: &str) -> anyhow::Result<()> {
         .await?
         .connect(settings.nats_url.expose())
         .await?;
-    let mut requests = nats.queue_subscribe(subject.to_owned(), "bench-echo".into()).await?;
+    let mut requests = nats
+        .queue_subscribe(subject.to_owned(), "bench-echo".into())
+        .await?;
     while let Some(request) = requests.next().await {
         if let Some(reply) = request.reply {
             nats.publish(reply, request.payload).await?;
@@ -348,7 +361,11 @@ async fn serve_echo(settings: &Settings, subject: &str) -> anyhow::Result<()> {
 async fn wait_for_echo(client: &async_nats::Client, subject: &str) -> anyhow::Result<()> {
     for _ in 0..300 {
         let request = async_nats::Request::new().timeout(Some(Duration::from_secs(1)));
-        if client.send_request(subject.to_owned(), request).await.is_ok() {
+        if client
+            .send_request(subject.to_owned(), request)
+            .await
+            .is_ok()
+        {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -47,7 +47,9 @@ impl InFlight {
     /// Takes a slot if fewer than `limit` are taken.
     fn try_take(counter: &Arc<AtomicUsize>, limit: usize) -> Option<Self> {
         counter
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
             .ok()
             .map(|_| Self(counter.clone()))
     }

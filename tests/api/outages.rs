@@ -109,7 +109,7 @@ async fn cutting_postgres_at_each_step_never_half_writes_and_the_worker_recovers
 
     // Where the cut happens: the threshold check, taking the lease, inside the commit.
     let steps = [
-        "FROM sessions WHERE session_id = ANY",
+        "AS backing_off", // the counters read, alone or batched
         "SET lease_owner = $2, lease_expires_at",
         "INSERT INTO usage_events",
     ];
