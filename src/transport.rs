@@ -1,8 +1,9 @@
 //! NATS: serves the turn subject on the queue group, at most `WORKER_CONCURRENCY`
 //! events at once, and drains on shutdown.
 //!
-//! A permit is taken before the next event is read, so a saturated worker leaves events
-//! queued in NATS's client buffer rather than starting more work than it may run.
+//! The next event is read only while fewer than `WORKER_CONCURRENCY` are in flight, so a
+//! saturated worker leaves events queued in NATS's client buffer rather than starting
+//! more work than it may run.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +11,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use async_nats::{Client, ConnectErrorKind, ConnectOptions, Subscriber};
 use futures_util::StreamExt;
-use tokio::sync::Semaphore;
+use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::{Settings, redact_url, url_credentials};
@@ -35,53 +35,34 @@ impl Server {
     /// Serves until `shutdown` fires, then stops taking events, lets NATS hand over what
     /// it already routed here, finishes in-flight events within the grace period and
     /// flushes their replies.
+    ///
+    /// Events run as futures of this one task rather than as tasks of their own: an
+    /// event is mostly waiting (Postgres, the LLM), and polling them together saves a
+    /// spawn and the cross-thread wake-ups that dominated the no-op path's profile.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let limit = Arc::new(Semaphore::new(self.concurrency));
-        let tracker = TaskTracker::new();
+        let mut in_flight = FuturesUnordered::new();
         let mut deadline = None;
-        loop {
-            let grace_over = sleep_until_opt(deadline);
-            let permit = tokio::select! {
-                permit = limit.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_closed) => break,
+        let mut subscribed = true;
+        while subscribed || !in_flight.is_empty() {
+            let room = in_flight.len() < self.concurrency;
+            tokio::select! {
+                Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+                message = self.subscriber.next(), if subscribed && room => match message {
+                    Some(message) => in_flight.push(handle(self.worker.clone(), self.client.clone(), message)),
+                    // Drained (or the connection closed for good).
+                    None => subscribed = false,
                 },
                 () = shutdown.cancelled(), if deadline.is_none() => {
                     deadline = Some(self.start_drain().await);
-                    continue;
                 }
-                () = grace_over => break,
-            };
-            let grace_over = sleep_until_opt(deadline);
-            let message = tokio::select! {
-                message = self.subscriber.next() => match message {
-                    Some(message) => message,
-                    None => break,
-                },
-                () = shutdown.cancelled(), if deadline.is_none() => {
-                    deadline = Some(self.start_drain().await);
-                    continue;
+                () = sleep_until_opt(deadline) => {
+                    tracing::warn!(
+                        in_flight = in_flight.len(),
+                        "shutdown grace period over; abandoning in-flight events (their agents proceed on timeout)"
+                    );
+                    break;
                 }
-                () = grace_over => break,
-            };
-            let worker = self.worker.clone();
-            let client = self.client.clone();
-            tracker.spawn(async move {
-                handle(&worker, &client, message).await;
-                drop(permit);
-            });
-        }
-
-        tracker.close();
-        let deadline = deadline.unwrap_or_else(|| Instant::now() + self.shutdown_grace);
-        if tokio::time::timeout_at(deadline, tracker.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                in_flight = tracker.len(),
-                "shutdown grace period over; abandoning in-flight events (their agents proceed on timeout)"
-            );
+            }
         }
         if let Err(e) = self.client.flush().await {
             tracing::warn!(error = %e, "could not flush replies");
@@ -117,7 +98,7 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 
 /// Decodes, processes and answers one event. Never panics on input: a bad request gets a
 /// `rejected` reply and the loop goes on.
-async fn handle(worker: &Worker, client: &Client, message: async_nats::Message) {
+async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Message) {
     let reply = match Request::decode(&message.payload) {
         Ok(request) => {
             let event = Event::new(request.session_id, request.request_id);

@@ -20,7 +20,7 @@ use super::{Counters, PgStore, StoreError, counters_from};
 
 /// Batched queries in flight at once. Small: the database shares the machine, and fewer,
 /// larger queries cost it less than many small ones.
-const MAX_IN_FLIGHT: usize = 2;
+const MAX_IN_FLIGHT: usize = 1;
 /// The most sessions one query asks for.
 const MAX_BATCH: usize = 512;
 

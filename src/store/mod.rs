@@ -113,6 +113,9 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(acquire_timeout)
+            // A ping before every checkout is a round trip per query; a dead connection
+            // instead fails its one statement (store_error, fail open) and is dropped.
+            .test_before_acquire(false)
             .connect_lazy_with(options);
         Ok(Self { pool })
     }
