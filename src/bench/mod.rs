@@ -54,10 +54,15 @@ pub struct BenchArgs {
     /// Internal: serve the NATS echo baseline on this subject.
     #[arg(long, hide = true)]
     pub serve_echo: Option<String>,
+    /// Profiling aid: run only N no-op requests at concurrency 64 (attach a profiler to
+    /// the worker meanwhile).
+    #[arg(long, hide = true)]
+    pub only_noop: Option<usize>,
 }
 
 /// How many operations each figure takes.
 struct Sizes {
+    only_noop: Option<usize>,
     sequential: usize,
     concurrent: usize,
     compactions: usize,
@@ -68,6 +73,7 @@ impl Sizes {
     fn of(args: &BenchArgs) -> Self {
         if args.quick {
             Self {
+                only_noop: args.only_noop,
                 sequential: 200,
                 concurrent: 2_000,
                 compactions: 128,
@@ -75,6 +81,7 @@ impl Sizes {
             }
         } else {
             Self {
+                only_noop: args.only_noop,
                 sequential: 3_000,
                 concurrent: 40_000,
                 compactions: 1_280,
@@ -153,6 +160,20 @@ async fn measure(
     let rss_idle = rss_kb(pid, "VmRSS")?;
 
     let mut report = Report::default();
+    if let Some(total) = sizes.only_noop {
+        let m = turns(
+            &client,
+            CONCURRENCY,
+            total,
+            0,
+            Arc::new(seeded.small.clone()),
+            Status::Skipped,
+        )
+        .await?;
+        report.noop.push(m);
+        stop(&mut worker).await;
+        return Ok(report);
+    }
     // Baselines.
     // The echo runs in a process of its own, as the worker does, so both round trips
     // cross the same process boundaries.
