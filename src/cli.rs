@@ -108,10 +108,12 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
         Command::Worker => {
             let shutdown = CancellationToken::new();
             tokio::spawn(stop_on_signal(shutdown.clone()));
-            Application::build(&settings)
-                .await?
-                .run_until_stopped(shutdown)
-                .await?;
+            let app = Application::build(&settings).await?;
+            // On a runtime thread, not block_on's: the serving loop then shares threads
+            // with the NATS connection task instead of trading wake-ups with it.
+            tokio::spawn(app.run_until_stopped(shutdown))
+                .await
+                .context("worker task")??;
         }
         Command::Migrate => {
             store(&settings)?.migrate().await.context("migrating")?;

@@ -83,7 +83,7 @@ impl Sizes {
             Self {
                 only_noop: args.only_noop,
                 sequential: 3_000,
-                concurrent: 40_000,
+                concurrent: 100_000,
                 compactions: 1_280,
                 cost_sessions: 40,
             }
