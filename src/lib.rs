@@ -22,7 +22,8 @@
 //! - [`check`]: invariants over the whole database (`summarizer check`); [`chaos`]: a
 //!   bounded fault run that ends with them.
 //! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands.
-//! - [`bench`]: our paths against raw NATS and Postgres baselines (`summarizer bench`).
+//! - [`bench`]: our paths against raw NATS and Postgres baselines (`summarizer bench`);
+//!   [`worker_process`]: the worker processes `chaos` and `bench` run; [`fake_llm`]: theirs.
 
 pub mod app;
 pub mod bench;
@@ -45,6 +46,7 @@ pub mod summary;
 pub mod telemetry;
 pub mod transport;
 pub mod worker;
+pub mod worker_process;
 
 /// An error and its sources, joined by ": ", for one log line or reply message.
 pub fn error_chain(error: &dyn std::error::Error) -> String {

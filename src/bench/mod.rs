@@ -13,7 +13,6 @@ mod report;
 mod seed;
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +28,7 @@ use crate::message::Message;
 use crate::outcome::{Outcome, Reason, Status};
 use crate::store::PgStore;
 use crate::worker::{Event, Policy, Worker};
+use crate::worker_process;
 
 pub use load::Measurement;
 use report::Report;
@@ -171,7 +171,7 @@ async fn measure(
         )
         .await?;
         report.noop.push(m);
-        stop(&mut worker).await;
+        worker_process::stop(&mut worker, "TERM").await;
         return Ok(report);
     }
     // Baselines.
@@ -269,7 +269,7 @@ async fn measure(
     report.little_bound = CONCURRENCY as f64 / LLM_LATENCY.as_secs_f64();
     report.rss_idle_mb = rss_idle as f64 / 1024.0;
     report.rss_peak_mb = rss_kb(pid, "VmHWM")? as f64 / 1024.0;
-    stop(&mut worker).await;
+    worker_process::stop(&mut worker, "TERM").await;
 
     report.worker_cost = Some(worker_cost(store, &seeded.thousand).await?);
     echo.kill().await?;
@@ -418,14 +418,7 @@ fn spawn_worker(
         ("HTTP_ADDR", String::new()),
         ("RUST_LOG", "warn".into()),
     ]);
-    Command::new(std::env::current_exe()?)
-        .arg("worker")
-        .envs(env)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting the worker")
+    worker_process::spawn(&env)
 }
 
 async fn wait_ready(client: &TurnClient, session: &str) -> anyhow::Result<()> {
@@ -441,21 +434,6 @@ async fn wait_ready(client: &TurnClient, session: &str) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     bail!("the worker did not come up within 30 s")
-}
-
-async fn stop(worker: &mut Child) {
-    if let Some(pid) = worker.id() {
-        let _ = Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .await;
-    }
-    if tokio::time::timeout(Duration::from_secs(10), worker.wait())
-        .await
-        .is_err()
-    {
-        let _ = worker.kill().await;
-    }
 }
 
 /// A `/proc/<pid>/status` field in kB (`VmRSS` now, `VmHWM` the peak).

@@ -9,19 +9,18 @@
 mod agents;
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::time::Instant;
 
-use crate::check;
 use crate::client::TurnClient;
 use crate::config::Settings;
 use crate::store::PgStore;
+use crate::{check, worker_process};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChaosArgs {
@@ -72,7 +71,7 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
     let subject = format!("summarizer.chaos.{tag}.turn.starting");
     let env = worker_env(&database_url, &subject, &tag, &llm.url);
     let mut workers: Vec<Child> = (0..args.workers)
-        .map(|_| spawn_worker(&env))
+        .map(|_| worker_process::spawn(&env))
         .collect::<anyhow::Result<_>>()?;
     println!(
         "chaos {tag}: {} agents, {} workers, LLM failing {:.0}%, a kill every ~{} ms, for {} s",
@@ -115,14 +114,14 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         } else {
             "TERM"
         };
-        stop_worker(&mut workers[victim], signal).await;
-        workers[victim] = spawn_worker(&env)?;
+        worker_process::stop(&mut workers[victim], signal).await;
+        workers[victim] = worker_process::spawn(&env)?;
         kills += 1;
     }
     stop.store(true, Ordering::Relaxed);
     let ledger = agents.finish().await?;
     for worker in &mut workers {
-        stop_worker(worker, "TERM").await;
+        worker_process::stop(worker, "TERM").await;
     }
 
     let report = check::run(&store).await?;
@@ -188,32 +187,4 @@ fn worker_env(
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect()
-}
-
-fn spawn_worker(env: &HashMap<String, String>) -> anyhow::Result<Child> {
-    let exe = std::env::current_exe().context("finding this binary")?;
-    Command::new(exe)
-        .arg("worker")
-        .envs(env)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting a worker")
-}
-
-/// Sends `signal` and waits for the exit; a worker that outlives its grace is killed.
-async fn stop_worker(worker: &mut Child, signal: &str) {
-    if let Some(pid) = worker.id() {
-        let _ = Command::new("kill")
-            .args([format!("-{signal}"), pid.to_string()])
-            .status()
-            .await;
-    }
-    if tokio::time::timeout(Duration::from_secs(10), worker.wait())
-        .await
-        .is_err()
-    {
-        let _ = worker.kill().await;
-    }
 }

@@ -5,26 +5,9 @@ use std::time::Duration;
 
 use summarizer::client::{Decision, TurnClient};
 use summarizer::outcome::{Reason, Status};
-use wiremock::Mock;
-use wiremock::matchers::method;
 
 use crate::fixtures::{WorkerProcess, signal_pid};
 use crate::helpers::{NATS_URL, SUMMARY, TestApp, completion, eventually, setup};
-
-/// The LLM's first answer takes `first` (the worker holding it will crash or pause);
-/// every later one is immediate.
-async fn llm_slow_once(app: &TestApp, first: Duration) {
-    Mock::given(method("POST"))
-        .respond_with(completion(SUMMARY).set_delay(first))
-        .up_to_n_times(1)
-        .with_priority(1)
-        .mount(&app.llm)
-        .await;
-    Mock::given(method("POST"))
-        .respond_with(completion(SUMMARY))
-        .mount(&app.llm)
-        .await;
-}
 
 /// The pid of the worker process holding the session's lease (`w-<pid>-<rand>/<rid>`).
 async fn lease_holder_pid(app: &TestApp, session: &str) -> u32 {
@@ -68,7 +51,9 @@ async fn assert_compacted_once(app: &TestApp, session: &str, original: &[crate::
 #[tokio::test]
 async fn a_worker_killed_mid_compaction_is_taken_over_once_its_lease_expires() {
     let app = setup(&[("LEASE_DURATION_MS", "1500"), ("HTTP_ADDR", "")]).await;
-    llm_slow_once(&app, Duration::from_secs(30)).await;
+    // The first answer is slow: its worker will crash or pause holding the lease.
+    app.llm_first_then_summary(completion(SUMMARY).set_delay(Duration::from_secs(30)))
+        .await;
     let workers: Vec<_> = (0..3)
         .map(|_| WorkerProcess::spawn(&app.env(&[])))
         .collect();
@@ -116,7 +101,8 @@ async fn a_paused_worker_that_lost_its_lease_cannot_commit() {
         ("HTTP_ADDR", ""),
     ])
     .await;
-    llm_slow_once(&app, Duration::from_secs(2)).await;
+    app.llm_first_then_summary(completion(SUMMARY).set_delay(Duration::from_secs(2)))
+        .await;
     let paused = WorkerProcess::spawn(&app.env(&[]));
     paused.wait_for_log("worker ready").await;
     app.append_turns("s", 5).await;

@@ -383,6 +383,17 @@ impl TestApp {
             .await;
     }
 
+    /// The fake LLM answers `first` to the first request and a good summary to the rest.
+    pub async fn llm_first_then_summary(&self, first: ResponseTemplate) {
+        Mock::given(method("POST"))
+            .respond_with(first)
+            .up_to_n_times(1)
+            .with_priority(1)
+            .mount(&self.llm)
+            .await;
+        self.llm_answers(SUMMARY, Duration::ZERO).await;
+    }
+
     pub async fn llm_requests(&self) -> usize {
         self.llm.received_requests().await.map_or(0, |r| r.len())
     }

@@ -36,15 +36,7 @@ async fn assert_failed_unchanged(
 #[tokio::test]
 async fn throttling_is_retried_after_the_retry_after_it_asks_for() {
     let app = spawn_app().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "1"))
-        .up_to_n_times(1)
-        .with_priority(1)
-        .mount(&app.llm)
-        .await;
-    Mock::given(method("POST"))
-        .respond_with(completion(SUMMARY))
-        .mount(&app.llm)
+    app.llm_first_then_summary(ResponseTemplate::new(429).insert_header("retry-after", "1"))
         .await;
     app.append_turns("s", 5).await;
 

@@ -213,7 +213,10 @@ async fn the_benchmark_smoke_run_reports_every_figure() {
     let output = tokio::time::timeout(
         Duration::from_secs(300),
         summarizer(&["bench", "--quick", "--json"])
-            .env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/summarizer")
+            .env(
+                "DATABASE_URL",
+                "postgres://postgres@127.0.0.1:5432/summarizer",
+            )
             .env("NATS_URL", NATS_URL)
             .env("RUST_LOG", "warn")
             .output(),
@@ -223,7 +226,11 @@ async fn the_benchmark_smoke_run_reports_every_figure() {
     .unwrap();
 
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     // No target is asserted (a smoke run on a shared CI machine measures little), but
     // every figure must be there and be a real measurement.
@@ -234,6 +241,10 @@ async fn the_benchmark_smoke_run_reports_every_figure() {
         assert!(target["baseline"].as_f64().unwrap() > 0.0, "{target}");
     }
     for series in ["nats_echo", "postgres_select", "noop", "noop_by_length"] {
-        assert_eq!(report["measurements"][series].as_array().unwrap().len(), 2, "{series}");
+        assert_eq!(
+            report["measurements"][series].as_array().unwrap().len(),
+            2,
+            "{series}"
+        );
     }
 }
