@@ -24,6 +24,21 @@ fn summarizer(args: &[&str]) -> tokio::process::Command {
     command
 }
 
+/// Runs `command` to its end (at most `limit`), asserts it succeeded, returns its stdout.
+async fn succeeds(mut command: tokio::process::Command, limit: Duration) -> String {
+    let output = tokio::time::timeout(limit, command.output())
+        .await
+        .expect("the command stops by itself in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 #[tokio::test]
 async fn invalid_settings_stop_the_worker_with_exit_code_64_naming_the_setting() {
     let cases = [
@@ -133,23 +148,12 @@ async fn the_demo_runs_end_to_end_and_exits_zero() {
         "postgres://postgres@127.0.0.1:5432/{}",
         unique_database_name()
     );
-    let output = tokio::time::timeout(
-        Duration::from_secs(90),
-        summarizer(&["demo"])
-            .env("DATABASE_URL", &database_url)
-            .env("NATS_URL", NATS_URL)
-            .output(),
-    )
-    .await
-    .expect("the demo finishes within 90 s")
-    .unwrap();
+    let mut demo = summarizer(&["demo"]);
+    demo.env("DATABASE_URL", &database_url)
+        .env("NATS_URL", NATS_URL);
 
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeds(demo, Duration::from_secs(90)).await;
+
     assert!(stdout.contains("created the database"));
     assert!(stdout.contains("history before the first compaction"));
     assert!(stdout.contains("**Investigating:**"));
@@ -159,36 +163,27 @@ async fn the_demo_runs_end_to_end_and_exits_zero() {
 
 #[tokio::test]
 async fn a_short_chaos_run_loses_nothing() {
-    let output = tokio::time::timeout(
-        Duration::from_secs(120),
-        summarizer(&[
-            "chaos",
-            "--duration-secs",
-            "8",
-            "--sessions",
-            "30",
-            "--workers",
-            "3",
-            "--kill-every-ms",
-            "1000",
-        ])
+    let mut chaos = summarizer(&[
+        "chaos",
+        "--duration-secs",
+        "8",
+        "--sessions",
+        "30",
+        "--workers",
+        "3",
+        "--kill-every-ms",
+        "1000",
+    ]);
+    // Only the name's base: the run makes and drops a database of its own.
+    chaos
         .env(
             "DATABASE_URL",
             "postgres://postgres@127.0.0.1:5432/summarizer",
         )
-        .env("NATS_URL", NATS_URL)
-        .output(),
-    )
-    .await
-    .expect("the chaos run stops by itself")
-    .unwrap();
+        .env("NATS_URL", NATS_URL);
 
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeds(chaos, Duration::from_secs(120)).await;
+
     assert!(
         stdout.contains(": 0 lost, 0 duplicated, 0 misplaced"),
         "{stdout}"
@@ -210,27 +205,17 @@ async fn a_short_chaos_run_loses_nothing() {
 
 #[tokio::test]
 async fn the_benchmark_smoke_run_reports_every_figure() {
-    let output = tokio::time::timeout(
-        Duration::from_secs(300),
-        summarizer(&["bench", "--quick", "--json"])
-            .env(
-                "DATABASE_URL",
-                "postgres://postgres@127.0.0.1:5432/summarizer",
-            )
-            .env("NATS_URL", NATS_URL)
-            .env("RUST_LOG", "warn")
-            .output(),
-    )
-    .await
-    .expect("the smoke run stops by itself")
-    .unwrap();
+    let mut bench = summarizer(&["bench", "--quick", "--json"]);
+    bench
+        .env(
+            "DATABASE_URL",
+            "postgres://postgres@127.0.0.1:5432/summarizer",
+        )
+        .env("NATS_URL", NATS_URL)
+        .env("RUST_LOG", "warn");
 
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeds(bench, Duration::from_secs(300)).await;
+
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     // No target is asserted (a smoke run on a shared CI machine measures little), but
     // every figure must be there and be a real measurement.
