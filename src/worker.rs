@@ -124,7 +124,9 @@ impl Worker {
             Ok(false) => return (Outcome::Busy, chars),
             Err(e) => return (store_failure(event, "taking the lease", &e), chars),
         }
-        let outcome = self.compact(event, &owner).await;
+        // Boxed: the compaction's state machine is kilobytes, and kept inline it made every
+        // event's future that large, no-op or not (memmove topped the worker's profile).
+        let outcome = Box::pin(self.compact(event, &owner)).await;
         // The commit released the lease on success; otherwise it would block the session
         // until it expires. An LLM failure also starts the session's backoff.
         let released = match &outcome {
