@@ -114,19 +114,25 @@ impl Worker {
             return (Outcome::Skipped(Reason::BackingOff), chars);
         }
 
-        let owner = format!("{}/{}", self.id, event.request_id);
-        match self
-            .store
-            .take_lease(&event.session_id, &owner, self.policy.lease_duration)
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => return (Outcome::Busy, chars),
-            Err(e) => return (store_failure(event, "taking the lease", &e), chars),
-        }
         // Boxed: the compaction's state machine is kilobytes, and kept inline it made every
         // event's future that large, no-op or not (memmove topped the worker's profile).
-        let outcome = Box::pin(self.compact(event, &owner)).await;
+        (Box::pin(self.lease_and_compact(event)).await, chars)
+    }
+
+    /// Takes the lease (loading the messages with it), compacts, and gives the lease back
+    /// unless the commit did.
+    async fn lease_and_compact(&self, event: &Event) -> Outcome {
+        let owner = format!("{}/{}", self.id, event.request_id);
+        let messages = match self
+            .store
+            .take_lease_and_load(&event.session_id, &owner, self.policy.lease_duration)
+            .await
+        {
+            Ok(Some(messages)) => messages,
+            Ok(None) => return Outcome::Busy,
+            Err(e) => return store_failure(event, "taking the lease", &e),
+        };
+        let outcome = self.compact(event, &owner, messages).await;
         // The commit released the lease on success; otherwise it would block the session
         // until it expires. An LLM failure also starts the session's backoff.
         let released = match &outcome {
@@ -153,17 +159,13 @@ impl Worker {
                 crate::error_chain(&e)
             );
         }
-        (outcome, chars)
+        outcome
     }
 
-    /// Plans, summarizes and commits, holding the lease.
-    async fn compact(&self, event: &Event, owner: &str) -> Outcome {
+    /// Plans, summarizes and commits `messages`, holding the lease.
+    async fn compact(&self, event: &Event, owner: &str, messages: Vec<Message>) -> Outcome {
         let started = Instant::now();
         let rid = &event.request_id;
-        let messages = match self.store.messages(&event.session_id).await {
-            Ok(messages) => messages,
-            Err(e) => return store_failure(event, "loading messages", &e),
-        };
         let split = match planner::plan(&messages, self.policy.limits) {
             Ok(split) => split,
             Err(reason) => return Outcome::Skipped(reason),

@@ -2,7 +2,7 @@
 //!
 //! Each function is one or a few statements named for exactly what they do. None holds a
 //! connection longer than its own statements: the worker calls the LLM between
-//! [`PgStore::take_lease`] and [`PgStore::commit`] holding nothing but the lease row's
+//! [`PgStore::take_lease_and_load`] and [`PgStore::commit`] holding nothing but the lease row's
 //! owner id.
 
 use std::str::FromStr;
@@ -244,29 +244,45 @@ impl PgStore {
             .map_err(Into::into)
     }
 
-    /// Takes the session's lease for `owner` unless another owner holds an unexpired one.
-    /// Returns whether `owner` now holds it.
+    /// Takes the session's lease for `owner` unless another owner holds an unexpired one,
+    /// and in the same round trip loads the session's messages in `seq` order. `None`
+    /// when another owner holds the lease.
     ///
     /// # Errors
-    /// When the database is unreachable.
-    pub async fn take_lease(
+    /// When the database is unreachable; no lease is taken then.
+    pub async fn take_lease_and_load(
         &self,
         session_id: &str,
         owner: &str,
         duration: Duration,
-    ) -> Result<bool, StoreError> {
-        let taken = sqlx::query(
-            "UPDATE sessions
-             SET lease_owner = $2, lease_expires_at = now() + $3 * interval '1 millisecond'
-             WHERE session_id = $1
-               AND (lease_owner IS NULL OR lease_expires_at <= now())",
+    ) -> Result<Option<Vec<Message>>, StoreError> {
+        // No row: not leased. One row of NULLs (the LEFT JOIN): leased, no messages.
+        let rows = sqlx::query(
+            "WITH lease AS (
+                 UPDATE sessions
+                 SET lease_owner = $2, lease_expires_at = now() + $3 * interval '1 millisecond'
+                 WHERE session_id = $1
+                   AND (lease_owner IS NULL OR lease_expires_at <= now())
+                 RETURNING session_id
+             )
+             SELECT m.seq, m.role, coalesce(m.content, '') AS content, m.tool_calls,
+                    m.tool_call_id, m.is_summary, m.chars
+             FROM lease LEFT JOIN messages AS m ON m.session_id = lease.session_id
+             ORDER BY m.seq",
         )
         .bind(session_id)
         .bind(owner)
         .bind(millis(duration))
-        .execute(&self.pool)
+        .fetch_all(&self.pool)
         .await?;
-        Ok(taken.rows_affected() == 1)
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        if rows[0].try_get::<Option<i64>, _>("seq")?.is_none() {
+            return Ok(Some(Vec::new()));
+        }
+        let messages = rows.iter().map(message_from).collect::<Result<_, _>>()?;
+        Ok(Some(messages))
     }
 
     /// Gives the lease up if `owner` still holds it; a no-op otherwise.
@@ -344,22 +360,6 @@ impl PgStore {
     /// wrong, [`CommitError::Store`] when the database fails; nothing is written in any case.
     pub async fn commit(&self, summary: &NewSummary<'_>) -> Result<i64, CommitError> {
         let mut tx = self.pool.begin().await?;
-
-        // Locks the session row first, so appends (whose trigger updates it) queue behind
-        // this transaction instead of deadlocking with it.
-        let fenced = sqlx::query(
-            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
-                 failures = 0, retry_at = NULL
-             WHERE session_id = $1 AND lease_owner = $2",
-        )
-        .bind(summary.session_id)
-        .bind(summary.lease_owner)
-        .execute(&mut *tx)
-        .await?;
-        if fenced.rows_affected() != 1 {
-            return Err(CommitError::LeaseLost);
-        }
-
         let chars_removed: i64 = summary.removed_chars.iter().sum();
         let metadata = json!({
             "summarization": true,
@@ -369,15 +369,25 @@ impl PgStore {
             "summary_chars": crate::message::char_count(summary.text),
             "request_id": summary.request_id,
         });
+        // One statement: the fence (which also locks the session row first, so appends,
+        // whose trigger updates it, queue behind this transaction instead of deadlocking
+        // with it), then, only if the lease is still ours, the usage event and the
+        // archived, deleted prefix.
         let archived = sqlx::query(
-            "WITH event AS (
+            "WITH fence AS (
+                 UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+                     failures = 0, retry_at = NULL
+                 WHERE session_id = $1 AND lease_owner = $7
+                 RETURNING session_id
+             ), event AS (
                  INSERT INTO usage_events
                      (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
-                 VALUES ($1, $3, $4, $5, $4 + $5, $6)
+                 SELECT $1, $3, $4, $5, $4 + $5, $6 FROM fence
                  RETURNING id
              ), removed AS (
                  DELETE FROM messages
                  WHERE session_id = $1 AND seq < $2 AND role <> 'system'
+                   AND EXISTS (SELECT 1 FROM fence)
                  RETURNING *
              ), archived AS (
                  INSERT INTO archived_messages (compaction_id, session_id, seq, role, content,
@@ -386,7 +396,8 @@ impl PgStore {
                      tool_calls, tool_call_id, is_summary, chars, created_at
                  FROM removed
              )
-             SELECT (SELECT id FROM event) AS id,
+             SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
+                    (SELECT id FROM event) AS id,
                     coalesce(array_agg(seq ORDER BY seq), '{}') AS seqs,
                     coalesce(array_agg(chars::bigint ORDER BY seq), '{}') AS chars
              FROM removed",
@@ -397,8 +408,12 @@ impl PgStore {
         .bind(summary.prompt_tokens)
         .bind(summary.completion_tokens)
         .bind(&metadata)
+        .bind(summary.lease_owner)
         .fetch_one(&mut *tx)
         .await?;
+        if !archived.try_get::<bool, _>("fenced")? {
+            return Err(CommitError::LeaseLost);
+        }
         let seqs: Vec<i64> = archived.try_get("seqs")?;
         let chars: Vec<i64> = archived.try_get("chars")?;
         // Dropping the transaction rolls it back. (An empty plan never reaches here: the
