@@ -80,6 +80,7 @@ const INVARIANTS: &[Invariant] = &[
               FROM usage_events u
               LEFT JOIN archived_messages a ON a.compaction_id = u.id
               WHERE u.metadata @> '{\"summarization\": true}'
+                AND NOT u.metadata ? 'restored_at'
               GROUP BY u.id
               HAVING count(a.seq) <> (u.metadata ->> 'messages_removed')::bigint
                   OR coalesce(sum(a.chars), 0) <> (u.metadata ->> 'chars_removed')::bigint",
@@ -90,7 +91,8 @@ const INVARIANTS: &[Invariant] = &[
         sql: "SELECT m.session_id, 'summary seq ' || m.seq FROM messages m
               WHERE m.is_summary AND NOT EXISTS (
                   SELECT 1 FROM usage_events u WHERE u.session_id = m.session_id
-                      AND u.metadata @> '{\"summarization\": true}')",
+                      AND u.metadata @> '{\"summarization\": true}'
+                      AND NOT u.metadata ? 'restored_at')",
     },
     Invariant {
         name: "counters_drift",

@@ -1,5 +1,5 @@
-//! The `summarizer` command line: `worker`, `migrate`, `stats`, `check`, `chaos`, `turn`
-//! and `demo`.
+//! The `summarizer` command line: `worker`, `migrate`, `stats`, `session`, `restore`,
+//! `check`, `chaos`, `bench`, `turn` and `demo`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +43,21 @@ enum Command {
         /// Print `{"summary": {...}}`, as `GET /stats` answers.
         #[arg(long)]
         json: bool,
+    },
+    /// Show one session: counters, lease, backoff, last compactions (JSON).
+    Session {
+        session_id: String,
+        /// How many compactions to list, newest first.
+        #[arg(long, default_value_t = 10)]
+        compactions: i64,
+    },
+    /// Put a session's compacted messages back and remove the summary: the newest
+    /// compaction, or every one from --compaction on.
+    Restore {
+        session_id: String,
+        /// The oldest compaction to undo (with every newer one).
+        #[arg(long)]
+        compaction: Option<i64>,
     },
     /// Check the whole database's invariants (nothing lost, duplicated or misplaced);
     /// exit 1 when one is broken.
@@ -129,6 +144,29 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             } else {
                 print!("{}", stats_table(&stats));
             }
+        }
+        Command::Session {
+            session_id,
+            compactions,
+        } => {
+            let store = store(&settings)?;
+            match store.session(&session_id, compactions).await? {
+                Some(view) => println!("{}", serde_json::to_string_pretty(&view)?),
+                None => {
+                    eprintln!("no session {session_id:?}");
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+        Command::Restore {
+            session_id,
+            compaction,
+        } => {
+            let restored = store(&settings)?.restore(&session_id, compaction).await?;
+            println!(
+                "restored compactions {:?} of {session_id:?}: {} messages back, summaries removed",
+                restored.compactions, restored.messages_restored
+            );
         }
         Command::Check { json } => {
             let report = check::run(&store(&settings)?).await.context("checking")?;

@@ -50,7 +50,10 @@ impl From<sqlx::Error> for CommitError {
 
 mod batch;
 
+mod restore;
+
 pub use batch::CounterReader;
+pub use restore::{CompactionView, RestoreError, Restored, SessionView};
 
 /// A session's counters, maintained by triggers on `messages`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

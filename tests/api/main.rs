@@ -13,6 +13,7 @@ mod fixtures;
 mod fleet;
 mod helpers;
 mod llm;
+mod operations;
 mod outages;
 mod process;
 mod rejects;

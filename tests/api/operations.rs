@@ -1,0 +1,128 @@
+//! Operator commands on a live database: `summarizer restore` and `summarizer session`.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use summarizer::outcome::Status;
+
+use crate::helpers::{SUMMARY, spawn_app};
+
+fn summarizer(database_url: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_summarizer"))
+        .args(args)
+        .env("DATABASE_URL", database_url)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn restore_after_a_compaction_gives_back_the_original_history_exactly() {
+    let app = spawn_app().await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append("s", "system", "You are an SRE assistant.", None, None)
+        .await;
+    app.append_turns("s", 5).await;
+    let original = app.messages("s").await;
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    assert_ne!(app.messages("s").await, original);
+
+    let out = summarizer(&app.database_url, &["restore", "s"]);
+
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(app.messages("s").await, original);
+    assert!(app.archived("s").await.is_empty());
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+    // The compaction no longer counts; the LLM call it made still does.
+    let stats = app.stats().await;
+    assert_eq!(stats["summary"]["total_summarizations"], 0);
+    assert_eq!(stats["summary"]["prompt_tokens"], 812);
+    // And the session compacts again on the next turn.
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+}
+
+#[tokio::test]
+async fn restoring_an_older_compaction_undoes_every_later_one_too() {
+    let app = spawn_app().await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append_turns("s", 5).await;
+    let first = app.turn_starting("s").await.compaction_id.unwrap();
+    for n in 6..=9 {
+        app.append_turn("s", n).await;
+    }
+    let original: Vec<_> = {
+        // Everything ever appended: the archive of the first compaction and the history
+        // without its summary, in seq order.
+        let mut all: Vec<_> = app
+            .archived("s")
+            .await
+            .into_iter()
+            .chain(
+                app.messages("s")
+                    .await
+                    .into_iter()
+                    .filter(|m| !m.is_summary),
+            )
+            .collect();
+        all.sort_by_key(|m| m.seq);
+        all
+    };
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+
+    let out = summarizer(
+        &app.database_url,
+        &["restore", "s", "--compaction", &first.to_string()],
+    );
+
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("restored compactions"));
+    assert_eq!(app.messages("s").await, original);
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+
+    // Nothing left to restore: a clear error, nothing written.
+    let again = summarizer(&app.database_url, &["restore", "s"]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("nothing to restore"));
+    assert_eq!(app.messages("s").await, original);
+}
+
+#[tokio::test]
+async fn session_shows_counters_lease_and_compactions() {
+    let app = spawn_app().await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append_turns("s", 5).await;
+    let reply = app.turn_starting("s").await;
+
+    let out = summarizer(&app.database_url, &["session", "s"]);
+
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let view: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let messages = app.messages("s").await;
+    assert_eq!(view["message_count"], messages.len());
+    assert_eq!(
+        view["total_chars"],
+        messages.iter().map(|m| m.chars).sum::<i64>()
+    );
+    assert_eq!(view["lease_owner"], Value::Null);
+    assert_eq!(view["compactions"][0]["id"], reply.compaction_id.unwrap());
+    assert_eq!(
+        view["compactions"][0]["chars_removed"],
+        reply.chars_removed.unwrap()
+    );
+    assert_eq!(view["compactions"][0]["restored"], false);
+    let unknown = summarizer(&app.database_url, &["session", "nobody"]);
+    assert!(!unknown.status.success());
+}
