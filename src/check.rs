@@ -81,6 +81,7 @@ const INVARIANTS: &[Invariant] = &[
               LEFT JOIN archived_messages a ON a.compaction_id = u.id
               WHERE u.metadata @> '{\"summarization\": true}'
                 AND NOT u.metadata ? 'restored_at'
+                AND NOT u.metadata ? 'archive_pruned_at'
               GROUP BY u.id
               HAVING count(a.seq) <> (u.metadata ->> 'messages_removed')::bigint
                   OR coalesce(sum(a.chars), 0) <> (u.metadata ->> 'chars_removed')::bigint",

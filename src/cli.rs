@@ -1,5 +1,5 @@
 //! The `summarizer` command line: `worker`, `migrate`, `stats`, `session`, `restore`,
-//! `check`, `chaos`, `bench`, `turn` and `demo`.
+//! `prune-archive`, `check`, `chaos`, `bench`, `turn` and `demo`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,6 +58,15 @@ enum Command {
         /// The oldest compaction to undo (with every newer one).
         #[arg(long)]
         compaction: Option<i64>,
+    },
+    /// Delete archived messages older than a duration (`30d`, `12h`); their compactions
+    /// can no longer be restored.
+    PruneArchive {
+        #[arg(long, value_parser = crate::store::parse_duration)]
+        older_than: Duration,
+        /// Count what would go, delete nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Check the whole database's invariants (nothing lost, duplicated or misplaced);
     /// exit 1 when one is broken.
@@ -166,6 +175,18 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             println!(
                 "restored compactions {:?} of {session_id:?}: {} messages back, summaries removed",
                 restored.compactions, restored.messages_restored
+            );
+        }
+        Command::PruneArchive {
+            older_than,
+            dry_run,
+        } => {
+            let pruned = store(&settings)?.prune_archive(older_than, dry_run).await?;
+            println!(
+                "{} {} archived messages of {} compactions",
+                if dry_run { "would delete" } else { "deleted" },
+                pruned.archived_messages,
+                pruned.compactions
             );
         }
         Command::Check { json } => {

@@ -53,7 +53,7 @@ mod batch;
 mod restore;
 
 pub use batch::CounterReader;
-pub use restore::{CompactionView, RestoreError, Restored, SessionView};
+pub use restore::{CompactionView, Pruned, RestoreError, Restored, SessionView, parse_duration};
 
 /// A session's counters, maintained by triggers on `messages`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -203,3 +203,108 @@ impl PgStore {
         })
     }
 }
+
+/// What a prune removed (or, in a dry run, would remove).
+#[derive(Clone, Debug, Serialize)]
+pub struct Pruned {
+    pub compactions: i64,
+    pub archived_messages: i64,
+    pub dry_run: bool,
+}
+
+impl PgStore {
+    /// Deletes archived messages archived more than `older_than` ago. Their usage events
+    /// stay, marked `archive_pruned_at`: those compactions can no longer be restored.
+    /// With `dry_run`, counts and writes nothing.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn prune_archive(
+        &self,
+        older_than: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<Pruned, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query(
+            "SELECT count(DISTINCT compaction_id) AS compactions, count(*) AS messages
+             FROM archived_messages
+             WHERE archived_at < now() - $1 * interval '1 millisecond'",
+        )
+        .bind(super::millis(older_than))
+        .fetch_one(&mut *tx)
+        .await?;
+        let pruned = Pruned {
+            compactions: row.try_get("compactions")?,
+            archived_messages: row.try_get("messages")?,
+            dry_run,
+        };
+        if !dry_run {
+            sqlx::query(
+                "WITH gone AS (
+                     DELETE FROM archived_messages
+                     WHERE archived_at < now() - $1 * interval '1 millisecond'
+                     RETURNING compaction_id
+                 )
+                 UPDATE usage_events
+                 SET metadata = metadata || jsonb_build_object('archive_pruned_at', now())
+                 WHERE id IN (SELECT compaction_id FROM gone)",
+            )
+            .bind(super::millis(older_than))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(pruned)
+    }
+}
+
+/// `30d`, `12h`, `90m`, `45s` (or a sum of them, `1d12h`).
+///
+/// # Errors
+/// A message naming what cannot be read.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let mut total = 0u64;
+    let mut digits = String::new();
+    for c in text.trim().chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let unit = match c {
+            'd' => 86_400,
+            'h' => 3_600,
+            'm' => 60,
+            's' => 1,
+            _ => return Err(format!("unknown unit {c:?} in {text:?}; use d, h, m or s")),
+        };
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| format!("a number must come before {c:?} in {text:?}"))?;
+        total = total.saturating_add(n.saturating_mul(unit));
+        digits.clear();
+    }
+    if !digits.is_empty() || total == 0 {
+        return Err(format!(
+            "{text:?} is not a duration such as 30d, 12h or 90m"
+        ));
+    }
+    Ok(std::time::Duration::from_secs(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_read_as_operators_write_them() {
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_duration("1d12h"), Ok(Duration::from_secs(36 * 3_600)));
+        assert_eq!(parse_duration("90m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_duration("45s"), Ok(Duration::from_secs(45)));
+        for bad in ["", "30", "d", "3w", "0s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -126,3 +126,54 @@ async fn session_shows_counters_lease_and_compactions() {
     let unknown = summarizer(&app.database_url, &["session", "nobody"]);
     assert!(!unknown.status.success());
 }
+
+#[tokio::test]
+async fn prune_archive_deletes_only_old_archives_and_a_dry_run_nothing() {
+    let app = spawn_app().await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    for session in ["old", "new"] {
+        app.append_turns(session, 5).await;
+        assert_eq!(app.turn_starting(session).await.status, Status::Compacted);
+    }
+    // The "old" session's compaction happened 40 days ago.
+    sqlx::query("UPDATE archived_messages SET archived_at = now() - interval '40 days' WHERE session_id = 'old'")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let old_archived = app.archived("old").await.len();
+
+    let dry = summarizer(
+        &app.database_url,
+        &["prune-archive", "--older-than", "30d", "--dry-run"],
+    );
+    assert!(
+        dry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    assert!(String::from_utf8_lossy(&dry.stdout).contains(&format!(
+        "would delete {old_archived} archived messages of 1 compactions"
+    )));
+    assert_eq!(app.archived("old").await.len(), old_archived);
+
+    let real = summarizer(&app.database_url, &["prune-archive", "--older-than", "30d"]);
+    assert!(
+        real.status.success(),
+        "{}",
+        String::from_utf8_lossy(&real.stderr)
+    );
+
+    assert!(app.archived("old").await.is_empty());
+    assert!(!app.archived("new").await.is_empty());
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+    let bad = summarizer(
+        &app.database_url,
+        &["prune-archive", "--older-than", "soon"],
+    );
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "clap rejects an unreadable duration"
+    );
+}
