@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Settings, redact_url};
 use crate::health::Health;
+use crate::metrics::Metrics;
 use crate::store::{PgStore, is_unreachable};
 use crate::transport::{self, Server};
 use crate::worker::{Policy, Worker};
@@ -25,6 +26,7 @@ const MAX_START_RETRY_WAIT: Duration = Duration::from_secs(5);
 
 pub struct Application {
     settings: Settings,
+    metrics: Arc<Metrics>,
     store: PgStore,
     worker: Arc<Worker>,
     health: Arc<Health>,
@@ -52,7 +54,8 @@ impl Application {
             settings.database_acquire_timeout,
         )
         .context("DATABASE_URL")?;
-        let summarizer = llm::from_settings(&settings.llm)?;
+        let metrics = Arc::new(Metrics::new(settings.concurrency));
+        let summarizer = llm::from_settings(&settings.llm, metrics.clone())?;
         let policy = Policy {
             enabled: settings.enabled,
             limits: settings.limits,
@@ -60,7 +63,12 @@ impl Application {
             failure_backoff: settings.failure_backoff,
             failure_backoff_max: settings.failure_backoff_max,
         };
-        let worker = Arc::new(Worker::new(store.clone(), Arc::from(summarizer), policy));
+        let worker = Arc::new(Worker::new(
+            store.clone(),
+            Arc::from(summarizer),
+            policy,
+            metrics.clone(),
+        ));
         let http = match settings.http_addr {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -71,6 +79,7 @@ impl Application {
         };
         Ok(Self {
             settings: settings.clone(),
+            metrics,
             health: Arc::new(Health::new(store.clone())),
             store,
             worker,
@@ -100,7 +109,11 @@ impl Application {
         // HTTP stops with the worker, also when the worker stops on an error.
         let stop_http = shutdown.child_token();
         let http = self.http.take().map(|listener| {
-            let router = http::router(self.store.clone(), self.health.clone());
+            let router = http::router(
+                self.store.clone(),
+                self.health.clone(),
+                self.metrics.clone(),
+            );
             let stop = stop_http.clone().cancelled_owned();
             tokio::spawn(async move {
                 axum::serve(listener, router)

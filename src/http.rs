@@ -1,5 +1,6 @@
 //! The small HTTP surface: `GET /stats` (the aggregates, as `summarizer stats` prints
-//! them), `GET /healthz` (the process is up) and `GET /readyz` (it should get traffic).
+//! them), `GET /healthz` (the process is up), `GET /readyz` (it should get traffic) and
+//! `GET /metrics` (Prometheus).
 
 use std::sync::Arc;
 
@@ -11,20 +12,34 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::health::Health;
+use crate::metrics::Metrics;
 use crate::store::PgStore;
 
 #[derive(Clone)]
 struct AppState {
     store: PgStore,
     health: Arc<Health>,
+    metrics: Arc<Metrics>,
 }
 
-pub fn router(store: PgStore, health: Arc<Health>) -> Router {
+pub fn router(store: PgStore, health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/stats", get(stats))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .with_state(AppState { store, health })
+        .route("/metrics", get(metrics_text))
+        .with_state(AppState {
+            store,
+            health,
+            metrics,
+        })
+}
+
+/// Prometheus's scrape: OpenMetrics text.
+async fn metrics_text(State(state): State<AppState>) -> Response {
+    let body = state.metrics.render(state.store.pool());
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(axum::http::header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 /// `{"summary": {"total_summarizations": N, "total_chars_compacted": N, ...}}`

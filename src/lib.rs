@@ -18,7 +18,8 @@
 //! - [`worker`]: one event start to finish ([`worker::Worker::process`]).
 //! - [`transport`]: the NATS queue-group loop, bounded, with drain on shutdown.
 //! - [`client`]: what Rust agents call before a turn; never fails, always "proceed".
-//! - [`http`]: `GET /stats`, `GET /healthz` and `GET /readyz`; [`health`]: readiness.
+//! - [`http`]: `GET /stats`, `/healthz`, `/readyz`, `/metrics`; [`health`]: readiness;
+//!   [`metrics`]: the Prometheus registry.
 //! - [`check`]: invariants over the whole database (`summarizer check`); [`chaos`]: a
 //!   bounded fault run that ends with them.
 //! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands.
@@ -38,6 +39,7 @@ pub mod health;
 pub mod http;
 pub mod llm;
 pub mod message;
+pub mod metrics;
 pub mod outcome;
 pub mod planner;
 pub mod protocol;

@@ -99,6 +99,7 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 /// Decodes, processes and answers one event. Never panics on input: a bad request gets a
 /// `rejected` reply and the loop goes on.
 async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Message) {
+    let _in_flight = worker.metrics().in_flight();
     let reply = match Request::decode(&message.payload) {
         Ok(request) => {
             let event = Event::new(request.session_id, request.request_id);
@@ -108,6 +109,7 @@ async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Messag
                 session_id = %event.session_id
             );
             let processed = worker.process(&event).instrument(span).await;
+            worker.metrics().event(&processed.outcome);
             Reply::new(
                 &processed.outcome,
                 Some(&event.session_id),
@@ -122,6 +124,7 @@ async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Messag
             let outcome = Outcome::Rejected {
                 detail: invalid.to_string(),
             };
+            worker.metrics().event(&outcome);
             Reply::new(&outcome, None, Some(&rid), None, 0)
         }
     };

@@ -11,8 +11,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Limits;
-use crate::llm::Summarizer;
+use crate::llm::{LlmError, Summarizer};
 use crate::message::{Message, char_count};
+use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
 use crate::planner;
 use crate::store::{CommitError, CounterReader, NewSummary, PgStore};
@@ -60,6 +61,7 @@ pub struct Processed {
 
 pub struct Worker {
     store: PgStore,
+    metrics: Arc<Metrics>,
     counters: CounterReader,
     summarizer: Arc<dyn Summarizer>,
     policy: Policy,
@@ -69,10 +71,16 @@ pub struct Worker {
 
 impl Worker {
     /// Starts the worker's batching task: call it inside the runtime.
-    pub fn new(store: PgStore, summarizer: Arc<dyn Summarizer>, policy: Policy) -> Self {
+    pub fn new(
+        store: PgStore,
+        summarizer: Arc<dyn Summarizer>,
+        policy: Policy,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".to_owned());
         Self {
             counters: CounterReader::spawn(store.clone()),
+            metrics,
             store,
             summarizer,
             policy,
@@ -82,6 +90,10 @@ impl Worker {
 
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     pub async fn process(&self, event: &Event) -> Processed {
@@ -122,6 +134,7 @@ impl Worker {
     /// Takes the lease (loading the messages with it), compacts, and gives the lease back
     /// unless the commit did.
     async fn lease_and_compact(&self, event: &Event) -> Outcome {
+        let started = Instant::now();
         let owner = format!("{}/{}", self.id, event.request_id);
         let messages = match self
             .store
@@ -136,7 +149,11 @@ impl Worker {
         // The commit released the lease on success; otherwise it would block the session
         // until it expires. An LLM failure also starts the session's backoff.
         let released = match &outcome {
-            Outcome::Compacted(_) => Ok(()),
+            Outcome::Compacted(_) => {
+                self.metrics
+                    .compaction_took(started.elapsed().as_secs_f64());
+                Ok(())
+            }
             Outcome::Failed {
                 reason: Reason::LlmError,
                 ..
@@ -182,13 +199,26 @@ impl Worker {
         );
         let old = take_removed(messages, &split.removed);
 
-        let summary = match self.summarizer.summarize(&old).await {
+        let asked = Instant::now();
+        let summarized = self.summarizer.summarize(&old).await;
+        self.metrics.llm_took(asked.elapsed().as_secs_f64());
+        let summary = match summarized {
             Ok(summary) => summary,
-            Err(e) => return llm_failure(rid, e.to_string()),
+            Err(e) => {
+                self.metrics.llm_failed(match e {
+                    LlmError::Transient { .. } => "transient",
+                    LlmError::Rejected { .. } => "rejected",
+                    LlmError::Invalid(_) => "invalid_response",
+                });
+                return llm_failure(rid, e.to_string());
+            }
         };
         let text = match summary::check(&summary.text, chars_removed) {
             Ok(text) => text,
-            Err(e) => return llm_failure(rid, e.to_string()),
+            Err(e) => {
+                self.metrics.llm_failed("invalid_summary");
+                return llm_failure(rid, e.to_string());
+            }
         };
         let new = NewSummary {
             session_id: &event.session_id,

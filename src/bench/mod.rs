@@ -330,7 +330,12 @@ async fn worker_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<Mea
         failure_backoff: Duration::ZERO,
         failure_backoff_max: Duration::ZERO,
     };
-    let worker = Arc::new(Worker::new(store.clone(), Arc::new(Instant), policy));
+    let worker = Arc::new(Worker::new(
+        store.clone(),
+        Arc::new(Instant),
+        policy,
+        Arc::default(),
+    ));
     let sessions = Arc::new(sessions.to_vec());
     // The last sessions warm the pool and caches; the others are timed.
     load::run(1, sessions.len() - COST_WARMUP, COST_WARMUP, move |i| {

@@ -8,6 +8,7 @@ mod extractive;
 mod openai;
 pub mod prompt;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -17,6 +18,7 @@ pub use openai::OpenAiClient;
 
 use crate::config::{LlmSettings, Provider};
 use crate::message::Message;
+use crate::metrics::Metrics;
 
 /// A summary as the summarizer produced it, before [`crate::summary::check`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,9 +73,12 @@ pub trait Summarizer: Send + Sync {
 ///
 /// # Errors
 /// When the HTTP client cannot be built (TLS initialisation).
-pub fn from_settings(settings: &LlmSettings) -> anyhow::Result<Box<dyn Summarizer>> {
+pub fn from_settings(
+    settings: &LlmSettings,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Box<dyn Summarizer>> {
     Ok(match settings.provider {
         Provider::Extractive => Box::new(Extractive),
-        Provider::OpenAi => Box::new(OpenAiClient::new(settings.clone())?),
+        Provider::OpenAi => Box::new(OpenAiClient::new(settings.clone(), metrics)?),
     })
 }

@@ -6,6 +6,7 @@
 //! `LLM_RETRY_AFTER_CAP_MS`. No wait starts that would end past `LLM_DEADLINE_MS`, and
 //! each attempt's timeout is cut to the time left.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -20,12 +21,14 @@ use tokio::time::Instant;
 use super::{LlmError, Summarizer, Summary, prompt};
 use crate::config::LlmSettings;
 use crate::message::Message;
+use crate::metrics::Metrics;
 
 /// Error bodies are quoted in logs and replies only up to this many characters.
 const BODY_EXCERPT_CHARS: usize = 300;
 
 pub struct OpenAiClient {
     http: Client,
+    metrics: Arc<Metrics>,
     url: String,
     settings: LlmSettings,
 }
@@ -33,12 +36,13 @@ pub struct OpenAiClient {
 impl OpenAiClient {
     /// # Errors
     /// When the HTTP client cannot be built (TLS initialisation).
-    pub fn new(settings: LlmSettings) -> reqwest::Result<Self> {
+    pub fn new(settings: LlmSettings, metrics: Arc<Metrics>) -> reqwest::Result<Self> {
         let http = Client::builder()
             .connect_timeout(settings.timeout)
             .build()?;
         Ok(Self {
             http,
+            metrics,
             url: format!("{}/chat/completions", settings.base_url),
             settings,
         })
@@ -77,6 +81,7 @@ impl OpenAiClient {
                 (Instant::now() + wait < deadline).then_some(wait)
             })
             .notify(|error, wait| {
+                self.metrics.llm_retried();
                 tracing::warn!(
                     attempt = attempts.load(Ordering::Relaxed),
                     wait_ms = wait.as_millis() as u64,

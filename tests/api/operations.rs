@@ -177,3 +177,51 @@ async fn prune_archive_deletes_only_old_archives_and_a_dry_run_nothing() {
         "clap rejects an unreadable duration"
     );
 }
+
+#[tokio::test]
+async fn metrics_count_events_compactions_and_llm_calls_without_session_ids() {
+    let app = spawn_app().await;
+    app.llm_first_then_summary(wiremock::ResponseTemplate::new(503))
+        .await;
+    app.append_turns("secret-session-name", 5).await;
+    let compacted = app.turn_starting("secret-session-name").await;
+    assert_eq!(compacted.status, Status::Compacted);
+    app.turn_starting("secret-session-name").await;
+    app.send_raw(b"not json").await;
+
+    let response = reqwest::get(format!("http://{}/metrics", app.http_addr.unwrap()))
+        .await
+        .unwrap();
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let text = response.text().await.unwrap();
+
+    for line in [
+        "summarizer_events_total{status=\"compacted\",reason=\"compacted\"} 1",
+        "summarizer_events_total{status=\"skipped\",reason=\"below_threshold\"} 1",
+        "summarizer_events_total{status=\"rejected\",reason=\"invalid_request\"} 1",
+        "summarizer_llm_retries_total 1",
+        &format!(
+            "summarizer_chars_compacted_total {}",
+            compacted.chars_removed.unwrap()
+        ),
+        "summarizer_compaction_duration_seconds_count 1",
+        "summarizer_llm_duration_seconds_count 1",
+        "summarizer_events_in_flight_limit 32",
+        "summarizer_events_in_flight 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+    assert!(text.contains("summarizer_db_pool_connections "), "{text}");
+    assert!(
+        !text.contains("secret-session-name"),
+        "labels stay low-cardinality"
+    );
+}

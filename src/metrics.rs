@@ -1,0 +1,200 @@
+//! Prometheus metrics, served as OpenMetrics text on `GET /metrics`.
+//!
+//! `prometheus-client` (the Prometheus project's own Rust client) rather than the
+//! `metrics` facade: an explicit registry owned by the worker, no global recorder, so two
+//! workers in one test process keep separate figures. Labels stay low-cardinality: status,
+//! reason and cause, never a session or request id.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::outcome::Outcome;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    status: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabels {
+    cause: &'static str,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    events: Family<EventLabels, Counter>,
+    compaction_seconds: Histogram,
+    llm_seconds: Histogram,
+    llm_retries: Counter,
+    llm_failures: Family<CauseLabels, Counter>,
+    chars_compacted: Counter,
+    in_flight: Gauge,
+    lease_conflicts: Counter,
+    pool_connections: Gauge,
+    pool_idle: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+impl Metrics {
+    /// The registry, with `concurrency` as the in-flight limit it reports.
+    pub fn new(concurrency: usize) -> Self {
+        let mut registry = Registry::with_prefix("summarizer");
+        let events = Family::<EventLabels, Counter>::default();
+        // 5 ms to about 160 s: commits alone to slow LLMs with retries.
+        let compaction_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 16));
+        let llm_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 16));
+        let llm_retries = Counter::default();
+        let llm_failures = Family::<CauseLabels, Counter>::default();
+        let chars_compacted = Counter::default();
+        let in_flight: Gauge = Gauge::default();
+        let limit: Gauge = Gauge::default();
+        limit.set(i64::try_from(concurrency).unwrap_or(i64::MAX));
+        let lease_conflicts = Counter::default();
+        let pool_connections: Gauge = Gauge::default();
+        let pool_idle: Gauge = Gauge::default();
+        let r = &mut registry;
+        r.register(
+            "events",
+            "Turn-starting events answered, by status and reason",
+            events.clone(),
+        );
+        r.register(
+            "compaction_duration_seconds",
+            "Time from taking the lease to the commit of a compaction",
+            compaction_seconds.clone(),
+        );
+        r.register(
+            "llm_duration_seconds",
+            "Time of one summarization call, retries included",
+            llm_seconds.clone(),
+        );
+        r.register(
+            "llm_retries",
+            "LLM attempts retried after a transient failure",
+            llm_retries.clone(),
+        );
+        r.register(
+            "llm_failures",
+            "Summarizations that failed, by cause",
+            llm_failures.clone(),
+        );
+        r.register(
+            "chars_compacted",
+            "Characters removed from histories by compactions",
+            chars_compacted.clone(),
+        );
+        r.register(
+            "events_in_flight",
+            "Events being processed now",
+            in_flight.clone(),
+        );
+        r.register(
+            "events_in_flight_limit",
+            "WORKER_CONCURRENCY: the most events in flight at once",
+            limit,
+        );
+        r.register(
+            "lease_conflicts",
+            "Events that found the session leased by another worker (busy)",
+            lease_conflicts.clone(),
+        );
+        r.register(
+            "db_pool_connections",
+            "Open connections in the database pool",
+            pool_connections.clone(),
+        );
+        r.register(
+            "db_pool_idle_connections",
+            "Idle connections in the database pool",
+            pool_idle.clone(),
+        );
+        Self {
+            registry,
+            events,
+            compaction_seconds,
+            llm_seconds,
+            llm_retries,
+            llm_failures,
+            chars_compacted,
+            in_flight,
+            lease_conflicts,
+            pool_connections,
+            pool_idle,
+        }
+    }
+
+    /// Counts an answered event.
+    pub fn event(&self, outcome: &Outcome) {
+        let labels = EventLabels {
+            status: outcome.status().as_str(),
+            reason: outcome.reason().as_str(),
+        };
+        self.events.get_or_create(&labels).inc();
+        match outcome {
+            Outcome::Compacted(c) => {
+                self.chars_compacted
+                    .inc_by(u64::try_from(c.chars_removed).unwrap_or(0));
+            }
+            Outcome::Busy => {
+                self.lease_conflicts.inc();
+            }
+            _ => {}
+        }
+    }
+
+    pub fn compaction_took(&self, seconds: f64) {
+        self.compaction_seconds.observe(seconds);
+    }
+
+    pub fn llm_took(&self, seconds: f64) {
+        self.llm_seconds.observe(seconds);
+    }
+
+    pub fn llm_retried(&self) {
+        self.llm_retries.inc();
+    }
+
+    /// `cause`: `transient` (retries exhausted), `rejected` (4xx), `invalid_response`,
+    /// `invalid_summary` (failed the template check).
+    pub fn llm_failed(&self, cause: &'static str) {
+        self.llm_failures
+            .get_or_create(&CauseLabels { cause })
+            .inc();
+    }
+
+    /// Marks an event in flight until the guard drops.
+    pub fn in_flight(&self) -> InFlightGuard<'_> {
+        self.in_flight.inc();
+        InFlightGuard(&self.in_flight)
+    }
+
+    /// The registry as OpenMetrics text, with the pool's figures read now.
+    pub fn render(&self, pool: &sqlx::PgPool) -> String {
+        self.pool_connections.set(i64::from(pool.size()));
+        self.pool_idle
+            .set(i64::try_from(pool.num_idle()).unwrap_or(i64::MAX));
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+pub struct InFlightGuard<'a>(&'a Gauge);
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
