@@ -6,7 +6,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::migrate::MigrateError;
@@ -14,15 +13,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Settings, redact_url};
-use crate::health::Health;
+use crate::health::{Health, StartBackoff};
 use crate::metrics::Metrics;
 use crate::store::{PgStore, is_unreachable};
 use crate::transport::{self, Server};
 use crate::worker::{Policy, Worker};
 use crate::{http, llm};
-
-/// Waits between attempts to reach a service at start, doubling up to this.
-const MAX_START_RETRY_WAIT: Duration = Duration::from_secs(5);
 
 pub struct Application {
     settings: Settings,
@@ -174,7 +170,7 @@ impl Application {
     /// Returns false when `shutdown` fired first.
     async fn migrate(&self, shutdown: &CancellationToken) -> anyhow::Result<bool> {
         let url = redact_url(self.settings.database_url.expose());
-        let mut wait = Duration::from_millis(100);
+        let mut backoff = StartBackoff::default();
         loop {
             let error = match self.store.migrate().await {
                 Ok(()) => {
@@ -190,16 +186,12 @@ impl Application {
             if !unreachable {
                 return Err(error).with_context(|| format!("running migrations on {url}"));
             }
-            tracing::warn!(
-                retry_in_ms = wait.as_millis() as u64,
-                "Postgres at {url} unreachable, retrying: {}",
-                crate::error_chain(&error)
-            );
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = shutdown.cancelled() => return Ok(false),
+            if !backoff
+                .wait(&format!("Postgres at {url}"), &error, shutdown)
+                .await
+            {
+                return Ok(false);
             }
-            wait = (wait * 2).min(MAX_START_RETRY_WAIT);
         }
     }
 }

@@ -14,6 +14,44 @@ use crate::store::PgStore;
 /// How long the readiness probe waits for the database.
 const DATABASE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The wait between attempts to reach a service at start: from 100 ms, doubling up to
+/// 5 s, cut short by shutdown. The worker stays up and not ready meanwhile.
+#[derive(Debug)]
+pub struct StartBackoff {
+    wait: Duration,
+}
+
+impl Default for StartBackoff {
+    fn default() -> Self {
+        Self {
+            wait: Duration::from_millis(100),
+        }
+    }
+}
+
+impl StartBackoff {
+    /// Logs that `service` is unreachable and why, then waits. Returns false when
+    /// `shutdown` fired first.
+    pub async fn wait(
+        &mut self,
+        service: &str,
+        error: &(dyn std::error::Error + Send + Sync),
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> bool {
+        tracing::warn!(
+            retry_in_ms = self.wait.as_millis() as u64,
+            "{service} unreachable, retrying: {}",
+            crate::error_chain(error)
+        );
+        let waited = tokio::select! {
+            () = tokio::time::sleep(self.wait) => true,
+            () = shutdown.cancelled() => false,
+        };
+        self.wait = (self.wait * 2).min(Duration::from_secs(5));
+        waited
+    }
+}
+
 #[derive(Debug)]
 pub struct Health {
     store: PgStore,

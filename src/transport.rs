@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::{Settings, redact_url, url_credentials};
-use crate::health::Health;
+use crate::health::{Health, StartBackoff};
 use crate::outcome::Outcome;
 use crate::protocol::{Reply, Request};
 use crate::worker::{Event, Worker, new_request_id};
@@ -179,7 +179,7 @@ pub async fn connect(
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Option<Client>> {
     let url = redact_url(settings.nats_url.expose());
-    let mut wait = Duration::from_millis(100);
+    let mut backoff = StartBackoff::default();
     loop {
         let options = connect_options(settings, name).await?;
         let error = match options.connect(settings.nats_url.expose()).await {
@@ -193,15 +193,11 @@ pub async fn connect(
                 crate::error_chain(&error)
             ),
         }
-        tracing::warn!(
-            retry_in_ms = wait.as_millis() as u64,
-            "NATS at {url} unreachable, retrying: {}",
-            crate::error_chain(&error)
-        );
-        tokio::select! {
-            () = tokio::time::sleep(wait) => {}
-            () = shutdown.cancelled() => return Ok(None),
+        if !backoff
+            .wait(&format!("NATS at {url}"), &error, shutdown)
+            .await
+        {
+            return Ok(None);
         }
-        wait = (wait * 2).min(Duration::from_secs(5));
     }
 }
