@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::app::Application;
 use crate::client::{Decision, TurnClient};
 use crate::config::{Settings, redact_url};
-use crate::store::{PgStore, Stats};
+use crate::store::{PgStore, StatsReport};
 use crate::{bench, chaos, check, demo, telemetry, transport};
 
 /// Exit code for a configuration error (sysexits' EX_USAGE).
@@ -40,9 +40,12 @@ enum Command {
     Migrate,
     /// Print the compaction aggregates.
     Stats {
-        /// Print `{"summary": {...}}`, as `GET /stats` answers.
+        /// Print `{"summary": {...}, "daily": [...]}`, as `GET /stats` answers.
         #[arg(long)]
         json: bool,
+        /// Days of the per-day series.
+        #[arg(long, default_value_t = 30)]
+        days: i32,
     },
     /// Show one session: counters, lease, backoff, last compactions (JSON).
     Session {
@@ -146,10 +149,13 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 redact_url(settings.database_url.expose())
             );
         }
-        Command::Stats { json } => {
-            let stats = store(&settings)?.stats().await.context("reading stats")?;
+        Command::Stats { json, days } => {
+            let stats = store(&settings)?
+                .stats(days)
+                .await
+                .context("reading stats")?;
             if json {
-                println!("{}", serde_json::json!({ "summary": stats }));
+                println!("{}", serde_json::to_string(&stats)?);
             } else {
                 print!("{}", stats_table(&stats));
             }
@@ -258,8 +264,10 @@ fn print_decision(decision: &Decision) -> ExitCode {
     }
 }
 
-pub fn stats_table(stats: &Stats) -> String {
-    let rows = [
+pub fn stats_table(report: &StatsReport) -> String {
+    let stats = &report.summary;
+    let opt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+    let mut rows = vec![
         (
             "total_summarizations",
             stats.total_summarizations.to_string(),
@@ -272,7 +280,9 @@ pub fn stats_table(stats: &Stats) -> String {
             "total_messages_compacted",
             stats.total_messages_compacted.to_string(),
         ),
-        ("sessions_compacted", stats.sessions_compacted.to_string()),
+        ("average_chars_removed", opt(stats.average_chars_removed)),
+        ("p50_duration_ms", opt(stats.p50_duration_ms)),
+        ("p95_duration_ms", opt(stats.p95_duration_ms)),
         ("prompt_tokens", stats.prompt_tokens.to_string()),
         ("completion_tokens", stats.completion_tokens.to_string()),
         (
@@ -283,9 +293,26 @@ pub fn stats_table(stats: &Stats) -> String {
                 .unwrap_or_else(|| "-".to_owned()),
         ),
     ];
-    rows.iter()
+    for (reason, n) in &stats.failures_by_reason {
+        rows.push(("failures", format!("{reason} {n}")));
+    }
+    let mut out: String = rows
+        .iter()
         .map(|(name, value)| format!("{name:<26}{value:>26}\n"))
-        .collect()
+        .collect();
+    if !report.daily.is_empty() {
+        out.push_str(&format!(
+            "\n{:<12}{:>12}{:>14}{:>10}\n",
+            "day", "compactions", "chars", "failures"
+        ));
+        for d in &report.daily {
+            out.push_str(&format!(
+                "{:<12}{:>12}{:>14}{:>10}\n",
+                d.day, d.compactions, d.chars_removed, d.failures
+            ));
+        }
+    }
+    out
 }
 
 /// Cancels `shutdown` on the first SIGTERM or SIGINT.

@@ -104,7 +104,7 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
 
     print_history("final history", &store.messages(&session).await?);
     println!("stats (all sessions in this database):");
-    print!("{}", stats_table(&store.stats().await?));
+    print!("{}", stats_table(&store.stats(30).await?));
 
     shutdown.cancel();
     worker.await.context("worker task")??;

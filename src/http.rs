@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -42,10 +42,17 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
     ([(axum::http::header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-/// `{"summary": {"total_summarizations": N, "total_chars_compacted": N, ...}}`
-async fn stats(State(state): State<AppState>) -> Response {
-    match state.store.stats().await {
-        Ok(stats) => Json(json!({ "summary": stats })).into_response(),
+#[derive(serde::Deserialize)]
+struct StatsQuery {
+    /// Days of the per-day series (default 30, at most 366).
+    days: Option<i32>,
+}
+
+/// `{"summary": {"total_summarizations": N, "total_chars_compacted": N, ...}, "daily": [...]}`
+async fn stats(State(state): State<AppState>, Query(query): Query<StatsQuery>) -> Response {
+    let days = query.days.unwrap_or(30).clamp(1, 366);
+    match state.store.stats(days).await {
+        Ok(stats) => Json(stats).into_response(),
         Err(e) => {
             tracing::error!(error = %crate::error_chain(&e), "GET /stats failed");
             let body = json!({ "error": "the database is unavailable" });

@@ -232,12 +232,19 @@ impl Worker {
             completion_tokens: summary.completion_tokens,
             messages_kept,
             request_id: rid,
+            duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
         };
         let compaction_id = match self.store.commit(&new).await {
             Ok(id) => id,
             Err(CommitError::Store(e)) => return store_failure(event, "committing", &e),
             Err(conflict) => {
                 tracing::info!("[{rid}] summarizer: nothing written: {conflict}");
+                if let Err(e) = self.store.count_failure("conflict").await {
+                    tracing::warn!(
+                        "[{rid}] could not count the conflict: {}",
+                        crate::error_chain(&e)
+                    );
+                }
                 return Outcome::Skipped(Reason::Conflict);
             }
         };

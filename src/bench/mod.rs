@@ -63,6 +63,7 @@ pub struct BenchArgs {
 /// How many operations each figure takes.
 struct Sizes {
     only_noop: Option<usize>,
+    usage_events: usize,
     sequential: usize,
     concurrent: usize,
     compactions: usize,
@@ -74,6 +75,7 @@ impl Sizes {
         if args.quick {
             Self {
                 only_noop: args.only_noop,
+                usage_events: 20_000,
                 sequential: 200,
                 concurrent: 2_000,
                 compactions: 128,
@@ -82,6 +84,7 @@ impl Sizes {
         } else {
             Self {
                 only_noop: args.only_noop,
+                usage_events: 1_000_000,
                 sequential: 3_000,
                 concurrent: 100_000,
                 compactions: 1_280,
@@ -272,6 +275,8 @@ async fn measure(
     worker_process::stop(&mut worker, "TERM").await;
 
     report.worker_cost = Some(worker_cost(store, &seeded.thousand).await?);
+    report.stats = Some(stats_at_scale(store, sizes.usage_events).await?);
+    report.usage_events = sizes.usage_events;
     echo.kill().await?;
     Ok(report)
 }
@@ -346,6 +351,40 @@ async fn worker_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<Mea
                 Outcome::Compacted(_) => Ok(()),
                 other => bail!("expected a compaction, got {other:?}"),
             }
+        }
+    })
+    .await
+}
+
+/// `GET /stats`'s query (the same function) over `events` usage events spread over 90
+/// days, 50 times.
+async fn stats_at_scale(store: &PgStore, events: usize) -> anyhow::Result<Measurement> {
+    const BATCH: usize = 100_000;
+    for first in (0..events).step_by(BATCH) {
+        let last = (first + BATCH).min(events);
+        sqlx::query(
+            "INSERT INTO usage_events (session_id, model, prompt_tokens, completion_tokens,
+                                       metadata, created_at)
+             SELECT 'bench-stats-' || (n % 1000), 'bench', 100, 30,
+                    jsonb_build_object('summarization', true, 'messages_removed', 10,
+                                       'chars_removed', 1000, 'duration_ms', n % 5000),
+                    now() - (n % 90) * interval '1 day'
+             FROM generate_series($1::bigint, $2::bigint) AS n",
+        )
+        .bind(i64::try_from(first)?)
+        .bind(i64::try_from(last)? - 1)
+        .execute(store.pool())
+        .await?;
+    }
+    sqlx::query("ANALYZE usage_events")
+        .execute(store.pool())
+        .await?;
+    let store = store.clone();
+    load::run(1, 50, 5, move |_| {
+        let store = store.clone();
+        async move {
+            store.stats(30).await?;
+            Ok(())
         }
     })
     .await

@@ -24,6 +24,9 @@ pub struct Report {
     pub worker_cost: Option<Measurement>,
     pub rss_idle_mb: f64,
     pub rss_peak_mb: f64,
+    /// The stats query over `usage_events` usage events.
+    pub stats: Option<Measurement>,
+    pub usage_events: usize,
 }
 
 /// One target of the issue, checked.
@@ -105,6 +108,17 @@ impl Report {
                 met: cost.p50_us <= 10_000.0,
             });
         }
+        if let Some(stats) = self.stats {
+            targets.push(Target {
+                figure: "GET /stats query, p50 (1,000,000 usage events)",
+                ours: stats.p50_us / 1000.0,
+                baseline: 50.0,
+                unit: "ms",
+                ratio: stats.p50_us / 1000.0 / 50.0,
+                target: "<= 50 ms",
+                met: stats.p50_us <= 50_000.0,
+            });
+        }
         targets.push(Target {
             figure: "worker resident memory, idle",
             ours: self.rss_idle_mb,
@@ -158,6 +172,13 @@ impl fmt::Display for Report {
         }
         if let Some(m) = &self.worker_cost {
             row(f, "worker cost, 1,000-message compaction", m)?;
+        }
+        if let Some(m) = &self.stats {
+            row(
+                f,
+                &format!("stats query, {} usage events", self.usage_events),
+                m,
+            )?;
         }
         writeln!(
             f,

@@ -9,7 +9,6 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Connection, PgPool, Row};
@@ -51,9 +50,11 @@ impl From<sqlx::Error> for CommitError {
 mod batch;
 
 mod restore;
+mod stats;
 
 pub use batch::CounterReader;
 pub use restore::{CompactionView, Pruned, RestoreError, Restored, SessionView, parse_duration};
+pub use stats::{Day, Stats, StatsReport};
 
 /// A session's counters, maintained by triggers on `messages`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,19 +82,8 @@ pub struct NewSummary<'a> {
     pub completion_tokens: Option<i64>,
     pub messages_kept: i64,
     pub request_id: &'a str,
-}
-
-/// The aggregates of `summarization_stats`, as `summarizer stats` and `GET /stats` show them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stats {
-    pub total_summarizations: i64,
-    pub total_chars_compacted: i64,
-    pub total_messages_compacted: i64,
-    pub sessions_compacted: i64,
-    pub prompt_tokens: i64,
-    pub completion_tokens: i64,
-    /// RFC 3339, UTC; `None` before the first summarization.
-    pub last_summarization_at: Option<String>,
+    /// Time since the lease was taken, for the duration histogram.
+    pub duration_ms: i64,
 }
 
 #[derive(Clone, Debug)]
@@ -318,7 +308,12 @@ impl PgStore {
         max: Duration,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+            "WITH counted AS (
+                 INSERT INTO failure_daily AS f (day, reason, failures)
+                 VALUES ((now() AT TIME ZONE 'UTC')::date, 'llm_error', 1)
+                 ON CONFLICT (day, reason) DO UPDATE SET failures = f.failures + 1
+             )
+             UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
                  failures = failures + 1,
                  retry_at = CASE WHEN $3 > 0
                      THEN now() + least($3 * power(2, failures), $4) * interval '1 millisecond'
@@ -371,6 +366,7 @@ impl PgStore {
             "messages_kept": summary.messages_kept,
             "summary_chars": crate::message::char_count(summary.text),
             "request_id": summary.request_id,
+            "duration_ms": summary.duration_ms,
         });
         // One statement: the fence (which also locks the session row first, so appends,
         // whose trigger updates it, queue behind this transaction instead of deadlocking
@@ -440,32 +436,6 @@ impl PgStore {
 
         tx.commit().await?;
         Ok(archived.try_get("id")?)
-    }
-
-    /// The aggregates, from the `summarization_stats` view.
-    ///
-    /// # Errors
-    /// When the database is unreachable.
-    pub async fn stats(&self) -> Result<Stats, StoreError> {
-        let row = sqlx::query(
-            "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
-                    sessions_compacted, prompt_tokens, completion_tokens,
-                    to_char(last_summarization_at AT TIME ZONE 'UTC',
-                            'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS last_summarization_at
-             FROM summarization_stats",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        let big = |name: &str| row.try_get::<i64, _>(name);
-        Ok(Stats {
-            total_summarizations: big("total_summarizations")?,
-            total_chars_compacted: big("total_chars_compacted")?,
-            total_messages_compacted: big("total_messages_compacted")?,
-            sessions_compacted: big("sessions_compacted")?,
-            prompt_tokens: big("prompt_tokens")?,
-            completion_tokens: big("completion_tokens")?,
-            last_summarization_at: row.try_get("last_summarization_at")?,
-        })
     }
 }
 

@@ -225,3 +225,51 @@ async fn metrics_count_events_compactions_and_llm_calls_without_session_ids() {
         "labels stay low-cardinality"
     );
 }
+
+#[tokio::test]
+async fn stats_report_a_daily_series_failures_and_duration_percentiles() {
+    let app = spawn_app().await;
+    wiremock::Mock::given(wiremock::matchers::body_string_contains("poison"))
+        .respond_with(wiremock::ResponseTemplate::new(400))
+        .with_priority(1)
+        .mount(&app.llm)
+        .await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append_turns("ok", 5).await;
+    app.append("bad", "user", "poison", None, None).await;
+    app.append_turns("bad", 5).await;
+    let compacted = app.turn_starting("ok").await;
+    assert_eq!(
+        app.turn_starting("bad").await.reason,
+        summarizer::outcome::Reason::LlmError
+    );
+
+    let stats = app.stats().await;
+
+    let summary = &stats["summary"];
+    assert_eq!(summary["total_summarizations"], 1);
+    assert_eq!(
+        summary["average_chars_removed"].as_f64(),
+        compacted.chars_removed.map(|c| c as f64)
+    );
+    assert_eq!(summary["failures_by_reason"]["llm_error"], 1);
+    let p50 = summary["p50_duration_ms"].as_f64().unwrap();
+    // A bucket's upper bound is at most sqrt 2 above the time it holds, which is part of
+    // the event's whole time.
+    let event_ms = compacted.duration_ms.max(1) as f64;
+    assert!(
+        p50 > 0.0 && p50 <= 1.5 * event_ms,
+        "{summary} vs {event_ms} ms"
+    );
+    assert!(summary["p95_duration_ms"].as_f64().unwrap() >= p50);
+    let daily = stats["daily"].as_array().unwrap();
+    assert_eq!(daily.len(), 1, "{stats}");
+    assert_eq!(
+        (
+            daily[0]["compactions"].as_i64(),
+            daily[0]["failures"].as_i64()
+        ),
+        (Some(1), Some(1))
+    );
+    assert_eq!(daily[0]["chars_removed"].as_i64(), compacted.chars_removed);
+}

@@ -1,0 +1,175 @@
+//! The aggregates behind `GET /stats` and `summarizer stats`: totals, a per-day series,
+//! failures by reason and duration percentiles, all read from the daily rollups that the
+//! usage-event triggers keep (migration 5), so they cost a row per day, not per event.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+
+use super::{PgStore, StoreError};
+
+/// `{"summary": {...}, "daily": [...]}`: the body of `GET /stats`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatsReport {
+    pub summary: Stats,
+    /// The last `days` days that saw a compaction or a failure, oldest first.
+    pub daily: Vec<Day>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Compactions in force (restored ones no longer count).
+    pub total_summarizations: i64,
+    pub total_chars_compacted: i64,
+    pub total_messages_compacted: i64,
+    /// Tokens of every summarization call, restored ones included.
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub average_chars_removed: Option<f64>,
+    /// Upper bounds of the histogram buckets (a factor of sqrt 2 wide) holding the
+    /// median and the 95th percentile of compaction durations.
+    pub p50_duration_ms: Option<f64>,
+    pub p95_duration_ms: Option<f64>,
+    /// `llm_error` and `conflict`, as the database saw them.
+    pub failures_by_reason: BTreeMap<String, i64>,
+    /// RFC 3339, UTC; `None` before the first summarization.
+    pub last_summarization_at: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Day {
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    pub compactions: i64,
+    pub chars_removed: i64,
+    pub messages_removed: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub failures: i64,
+}
+
+impl PgStore {
+    /// Counts a failure of `reason` for today in the rollup.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn count_failure(&self, reason: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO failure_daily AS f (day, reason, failures)
+             VALUES ((now() AT TIME ZONE 'UTC')::date, $1, 1)
+             ON CONFLICT (day, reason) DO UPDATE SET failures = f.failures + 1",
+        )
+        .bind(reason)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// The aggregates, with a per-day series over the last `days` days.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn stats(&self, days: i32) -> Result<StatsReport, StoreError> {
+        let totals = sqlx::query(
+            "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
+                    prompt_tokens, completion_tokens,
+                    to_char(last_summarization_at AT TIME ZONE 'UTC',
+                            'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS last_summarization_at
+             FROM summarization_stats",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        let failures: BTreeMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
+            "SELECT reason, sum(failures)::bigint FROM failure_daily GROUP BY reason",
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .collect();
+        let buckets: Vec<(i16, i64)> = sqlx::query_as(
+            "SELECT bucket, sum(compactions)::bigint FROM compaction_duration_daily
+             GROUP BY bucket HAVING sum(compactions) > 0 ORDER BY bucket",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let daily = sqlx::query(
+            "SELECT to_char(d.day, 'YYYY-MM-DD') AS day,
+                    coalesce(c.compactions, 0) AS compactions,
+                    coalesce(c.chars_removed, 0) AS chars_removed,
+                    coalesce(c.messages_removed, 0) AS messages_removed,
+                    coalesce(c.prompt_tokens, 0) AS prompt_tokens,
+                    coalesce(c.completion_tokens, 0) AS completion_tokens,
+                    coalesce(f.failures, 0)::bigint AS failures
+             FROM (SELECT day FROM compaction_daily UNION SELECT day FROM failure_daily) AS d
+             LEFT JOIN compaction_daily AS c ON c.day = d.day
+             LEFT JOIN (SELECT day, sum(failures) AS failures FROM failure_daily GROUP BY day)
+                 AS f ON f.day = d.day
+             WHERE d.day > (now() AT TIME ZONE 'UTC')::date - $1
+             ORDER BY d.day",
+        )
+        .bind(days)
+        .fetch_all(self.pool())
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(Day {
+                day: r.try_get("day")?,
+                compactions: r.try_get("compactions")?,
+                chars_removed: r.try_get("chars_removed")?,
+                messages_removed: r.try_get("messages_removed")?,
+                prompt_tokens: r.try_get("prompt_tokens")?,
+                completion_tokens: r.try_get("completion_tokens")?,
+                failures: r.try_get("failures")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()?;
+        let total: i64 = totals.try_get("total_summarizations")?;
+        let chars: i64 = totals.try_get("total_chars_compacted")?;
+        Ok(StatsReport {
+            summary: Stats {
+                total_summarizations: total,
+                total_chars_compacted: chars,
+                total_messages_compacted: totals.try_get("total_messages_compacted")?,
+                prompt_tokens: totals.try_get("prompt_tokens")?,
+                completion_tokens: totals.try_get("completion_tokens")?,
+                average_chars_removed: (total > 0).then(|| chars as f64 / total as f64),
+                p50_duration_ms: percentile(&buckets, 0.50),
+                p95_duration_ms: percentile(&buckets, 0.95),
+                failures_by_reason: failures,
+                last_summarization_at: totals.try_get("last_summarization_at")?,
+            },
+            daily,
+        })
+    }
+}
+
+/// The upper bound, in ms, of the bucket holding the `q` quantile: bucket `b` counts
+/// durations under 2^(b/2) ms (see `duration_bucket` in migration 5).
+fn percentile(buckets: &[(i16, i64)], q: f64) -> Option<f64> {
+    let total: i64 = buckets.iter().map(|(_, n)| n).sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = (total as f64 * q).ceil().max(1.0);
+    let mut seen = 0;
+    buckets.iter().find_map(|&(bucket, n)| {
+        seen += n;
+        (seen as f64 >= rank).then(|| (2f64.powf(f64::from(bucket) / 2.0) * 10.0).round() / 10.0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    #[test]
+    fn percentiles_are_bucket_upper_bounds() {
+        assert_eq!(percentile(&[], 0.5), None);
+        // 40 ms falls in bucket 11 (< 45.3 ms), 1000 ms in bucket 20 (< 1024 ms).
+        let buckets = [(11, 19), (20, 1)];
+        assert_eq!(percentile(&buckets, 0.5), Some(45.3));
+        assert_eq!(percentile(&buckets, 0.95), Some(45.3));
+        assert_eq!(percentile(&buckets, 0.99), Some(1024.0));
+    }
+}
