@@ -65,7 +65,7 @@ enum Command {
     /// Delete archived messages older than a duration (`30d`, `12h`); their compactions
     /// can no longer be restored.
     PruneArchive {
-        #[arg(long, value_parser = crate::store::parse_duration)]
+        #[arg(long, value_parser = parse_duration)]
         older_than: Duration,
         /// Count what would go, delete nothing.
         #[arg(long)]
@@ -338,4 +338,55 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     let _ = interrupt.await;
     tracing::info!("shutdown signal received");
     shutdown.cancel();
+}
+
+/// `30d`, `12h`, `90m`, `45s` (or a sum of them, `1d12h`).
+///
+/// # Errors
+/// A message naming what cannot be read.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let mut total = 0u64;
+    let mut digits = String::new();
+    for c in text.trim().chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let unit = match c {
+            'd' => 86_400,
+            'h' => 3_600,
+            'm' => 60,
+            's' => 1,
+            _ => return Err(format!("unknown unit {c:?} in {text:?}; use d, h, m or s")),
+        };
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| format!("a number must come before {c:?} in {text:?}"))?;
+        total = total.saturating_add(n.saturating_mul(unit));
+        digits.clear();
+    }
+    if !digits.is_empty() || total == 0 {
+        return Err(format!(
+            "{text:?} is not a duration such as 30d, 12h or 90m"
+        ));
+    }
+    Ok(std::time::Duration::from_secs(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_read_as_operators_write_them() {
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_duration("1d12h"), Ok(Duration::from_secs(36 * 3_600)));
+        assert_eq!(parse_duration("90m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_duration("45s"), Ok(Duration::from_secs(45)));
+        for bad in ["", "30", "d", "3w", "0s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 }

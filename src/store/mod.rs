@@ -53,7 +53,7 @@ mod restore;
 mod stats;
 
 pub use batch::CounterReader;
-pub use restore::{CompactionView, Pruned, RestoreError, Restored, SessionView, parse_duration};
+pub use restore::{CompactionView, Pruned, RestoreError, Restored, SessionView};
 pub use stats::{Day, Stats, StatsReport};
 
 /// A session's counters, maintained by triggers on `messages`.
