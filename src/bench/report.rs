@@ -32,7 +32,7 @@ pub struct Report {
 /// One target of the issue, checked.
 #[derive(Debug, Serialize)]
 pub struct Target {
-    pub figure: &'static str,
+    pub figure: String,
     pub ours: f64,
     pub baseline: f64,
     pub unit: &'static str,
@@ -44,14 +44,14 @@ pub struct Target {
 impl Target {
     /// A figure held under a fixed `limit` (its "baseline").
     fn at_most(
-        figure: &'static str,
+        figure: impl Into<String>,
         ours: f64,
         limit: f64,
         unit: &'static str,
         target: &'static str,
     ) -> Self {
         Self {
-            figure,
+            figure: figure.into(),
             ours,
             baseline: limit,
             unit,
@@ -73,7 +73,7 @@ impl Report {
         if let (Some(ours), Some(pg)) = (noop64, pg64) {
             let ratio = ours.throughput / pg.throughput;
             targets.push(Target {
-                figure: "no-op throughput, concurrency 64 (vs bare PG select)",
+                figure: "no-op throughput, concurrency 64 (vs bare PG select)".to_owned(),
                 ours: ours.throughput,
                 baseline: pg.throughput,
                 unit: "req/s",
@@ -85,7 +85,7 @@ impl Report {
         if let (Some(ours), Some(nats), Some(pg)) = (noop1, nats1, pg1) {
             let baseline = nats.p50_us + pg.p50_us;
             targets.push(Target {
-                figure: "no-op p50, concurrency 1 (vs NATS p50 + PG p50)",
+                figure: "no-op p50, concurrency 1 (vs NATS p50 + PG p50)".to_owned(),
                 ours: ours.p50_us,
                 baseline,
                 unit: "us",
@@ -97,7 +97,7 @@ impl Report {
         if let (Some(huge), Some(ten)) = (huge, ten) {
             let ratio = huge.p50_us / ten.p50_us;
             targets.push(Target {
-                figure: "no-op p50, 10,000 vs 10 messages",
+                figure: "no-op p50, 10,000 vs 10 messages".to_owned(),
                 ours: huge.p50_us,
                 baseline: ten.p50_us,
                 unit: "us",
@@ -109,7 +109,7 @@ impl Report {
         if let Some(ours) = self.compactions {
             let ratio = ours.throughput / self.little_bound;
             targets.push(Target {
-                figure: "compactions/s, concurrency 64, LLM 200 ms (vs Little's law)",
+                figure: "compactions/s, concurrency 64, LLM 200 ms (vs Little's law)".to_owned(),
                 ours: ours.throughput,
                 baseline: self.little_bound,
                 unit: "/s",
@@ -129,7 +129,7 @@ impl Report {
         }
         if let Some(stats) = self.stats {
             targets.push(Target::at_most(
-                "GET /stats query, p50 (1,000,000 usage events)",
+                format!("GET /stats query, p50 ({} usage events)", self.usage_events),
                 stats.p50_us / 1000.0,
                 50.0,
                 "ms",
