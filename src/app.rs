@@ -124,7 +124,7 @@ impl Application {
                 .context("HTTP server task")?
                 .context("HTTP server")?;
         }
-        self.store.pool().close().await;
+        self.store.close().await;
         served?;
         tracing::info!("worker stopped");
         Ok(())

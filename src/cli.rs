@@ -1,7 +1,9 @@
 //! The `summarizer` command line: `worker`, `migrate`, `stats`, `session`, `restore`,
-//! `prune-archive`, `check`, `chaos`, `bench`, `turn` and `demo`.
+//! `prune-archive`, `check`, `turn` and `demo`. (`bench` and `chaos` are the lab's:
+//! `summarizer-lab`.)
 
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -12,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 use crate::app::Application;
 use crate::client::{Decision, TurnClient};
 use crate::config::{Settings, redact_url};
-use crate::store::{PgStore, StatsReport};
-use crate::{bench, chaos, check, demo, telemetry, transport};
+use crate::store::PgStore;
+use crate::{check, demo, telemetry, transport};
 
 /// Exit code for a configuration error (sysexits' EX_USAGE).
 pub const EXIT_CONFIG: u8 = 64;
@@ -78,11 +80,6 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run simulated agents against worker processes killed at random, then check that
-    /// nothing was lost; exit 1 when an invariant broke.
-    Chaos(chaos::ChaosArgs),
-    /// Measure the no-op and compaction paths against bare NATS and Postgres.
-    Bench(bench::BenchArgs),
     /// Send one turn-starting request and print the reply (compacts by hand).
     Turn {
         session_id: String,
@@ -96,13 +93,24 @@ enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    run_command(cli.config.as_deref(), |settings| run(cli.command, settings))
+}
+
+/// Loads the settings (`.env`, the config file, the environment; exit 64 when they are
+/// wrong), starts logging and the runtime, and runs `command` on it: the start of every
+/// command, this binary's and the lab's.
+pub fn run_command<F, Fut>(config: Option<&Path>, command: F) -> ExitCode
+where
+    F: FnOnce(Settings) -> Fut,
+    Fut: Future<Output = anyhow::Result<ExitCode>>,
+{
     if let Err(e) = dotenvy::dotenv()
         && !e.not_found()
     {
         eprintln!("summarizer: configuration error: .env: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
-    let settings = match Settings::load(cli.config.as_deref()) {
+    let settings = match Settings::load(config) {
         Ok(settings) => settings,
         Err(e) => {
             eprintln!("summarizer: configuration error: {e}");
@@ -120,7 +128,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command, settings)) {
+    match runtime.block_on(command(settings)) {
         Ok(code) => code,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -130,18 +138,25 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// `summarizer worker`: serves until SIGTERM or SIGINT, then drains.
+///
+/// # Errors
+/// When the worker cannot be built or a service refuses it for good.
+pub async fn worker(settings: Settings) -> anyhow::Result<ExitCode> {
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let app = Application::build(&settings).await?;
+    // On a runtime thread, not block_on's: the serving loop then shares threads with the
+    // NATS connection task instead of trading wake-ups with it.
+    tokio::spawn(app.run_until_stopped(shutdown))
+        .await
+        .context("worker task")??;
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Worker => {
-            let shutdown = CancellationToken::new();
-            tokio::spawn(stop_on_signal(shutdown.clone()));
-            let app = Application::build(&settings).await?;
-            // On a runtime thread, not block_on's: the serving loop then shares threads
-            // with the NATS connection task instead of trading wake-ups with it.
-            tokio::spawn(app.run_until_stopped(shutdown))
-                .await
-                .context("worker task")??;
-        }
+        Command::Worker => return worker(settings).await,
         Command::Migrate => {
             store(&settings)?.migrate().await.context("migrating")?;
             println!(
@@ -157,7 +172,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             if json {
                 println!("{}", serde_json::to_string(&stats)?);
             } else {
-                print!("{}", stats_table(&stats));
+                print!("{stats}");
             }
         }
         Command::Session {
@@ -210,11 +225,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             session_id,
             timeout_ms,
         } => {
-            let nats = transport::connect_options(&settings, "summarizer-turn")
-                .await?
-                .connect(settings.nats_url.expose())
-                .await
-                .context("connecting to NATS")?;
+            let nats = transport::connect_once(&settings, "summarizer-turn").await?;
             let client = TurnClient::new(nats, settings.subject.clone());
             let decision = client
                 .turn_starting(&session_id, Duration::from_millis(timeout_ms))
@@ -222,12 +233,6 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             return Ok(print_decision(&decision));
         }
         Command::Demo(args) => demo::run(settings, args).await?,
-        Command::Bench(args) => bench::run(&settings, &args).await?,
-        Command::Chaos(args) => {
-            if !chaos::run(&settings, &args).await? {
-                return Ok(ExitCode::FAILURE);
-            }
-        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -262,57 +267,6 @@ fn print_decision(decision: &Decision) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-pub fn stats_table(report: &StatsReport) -> String {
-    let stats = &report.summary;
-    let opt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
-    let mut rows = vec![
-        (
-            "total_summarizations",
-            stats.total_summarizations.to_string(),
-        ),
-        (
-            "total_chars_compacted",
-            stats.total_chars_compacted.to_string(),
-        ),
-        (
-            "total_messages_compacted",
-            stats.total_messages_compacted.to_string(),
-        ),
-        ("average_chars_removed", opt(stats.average_chars_removed)),
-        ("p50_duration_ms", opt(stats.p50_duration_ms)),
-        ("p95_duration_ms", opt(stats.p95_duration_ms)),
-        ("prompt_tokens", stats.prompt_tokens.to_string()),
-        ("completion_tokens", stats.completion_tokens.to_string()),
-        (
-            "last_summarization_at",
-            stats
-                .last_summarization_at
-                .clone()
-                .unwrap_or_else(|| "-".to_owned()),
-        ),
-    ];
-    for (reason, n) in &stats.failures_by_reason {
-        rows.push(("failures", format!("{reason} {n}")));
-    }
-    let mut out: String = rows
-        .iter()
-        .map(|(name, value)| format!("{name:<26}{value:>26}\n"))
-        .collect();
-    if !report.daily.is_empty() {
-        out.push_str(&format!(
-            "\n{:<12}{:>12}{:>14}{:>10}\n",
-            "day", "compactions", "chars", "failures"
-        ));
-        for d in &report.daily {
-            out.push_str(&format!(
-                "{:<12}{:>12}{:>14}{:>10}\n",
-                d.day, d.compactions, d.chars_removed, d.failures
-            ));
-        }
-    }
-    out
 }
 
 /// Cancels `shutdown` on the first SIGTERM or SIGINT.

@@ -9,10 +9,11 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::Application;
-use crate::cli::stats_table;
 use crate::client::{Decision, TurnClient};
 use crate::config::{Limits, Settings};
 use crate::message::{Message, Role};
+use sqlx::PgPool;
+
 use crate::store::PgStore;
 
 mod script;
@@ -58,6 +59,8 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
     }
     let app = Application::build(&settings).await?;
     let store = app.store().clone();
+    // The agent's own connection, as a real agent has: it writes with plain SQL.
+    let agent = PgPool::connect_lazy(url).context("DATABASE_URL")?;
     let health = app.health();
     let shutdown = CancellationToken::new();
     let mut worker = tokio::spawn(app.run_until_stopped(shutdown.clone()));
@@ -69,11 +72,7 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
         }
     }
 
-    let nats = crate::transport::connect_options(&settings, "summarizer-demo-agent")
-        .await?
-        .connect(settings.nats_url.expose())
-        .await
-        .context("connecting to NATS")?;
+    let nats = crate::transport::connect_once(&settings, "summarizer-demo-agent").await?;
     let client = TurnClient::new(nats, settings.subject.clone());
     let session = format!("demo-{tag}");
     println!(
@@ -95,7 +94,7 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
             }
         }
         for message in turn {
-            append(&store, &session, message).await?;
+            append(&agent, &session, message).await?;
         }
     }
     let decision = client.turn_starting(&session, timeout).await;
@@ -104,7 +103,7 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
 
     print_history("final history", &store.messages(&session).await?);
     println!("stats (all sessions in this database):");
-    print!("{}", stats_table(&store.stats(30).await?));
+    print!("{}", store.stats(30).await?);
 
     shutdown.cancel();
     worker.await.context("worker task")??;
@@ -124,7 +123,7 @@ pub struct Scripted {
 }
 
 /// What an agent does after each step: a plain INSERT into the public table.
-async fn append(store: &PgStore, session: &str, m: &Scripted) -> anyhow::Result<()> {
+async fn append(agent: &PgPool, session: &str, m: &Scripted) -> anyhow::Result<()> {
     sqlx::query(
         "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id)
          VALUES ($1, $2, $3, $4, $5)",
@@ -134,7 +133,7 @@ async fn append(store: &PgStore, session: &str, m: &Scripted) -> anyhow::Result<
     .bind(&m.content)
     .bind(&m.tool_calls)
     .bind(&m.tool_call_id)
-    .execute(store.pool())
+    .execute(agent)
     .await
     .context("appending a message")?;
     Ok(())

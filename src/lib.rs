@@ -11,30 +11,29 @@
 //! - [`message`]: a session's messages, as the public `messages` table holds them.
 //! - [`planner`]: which oldest messages a compaction replaces.
 //! - [`summary`]: the seed's summary template and the check every summary passes.
-//! - [`outcome`]: what happened to an event: the vocabulary of replies, logs and tests.
-//! - [`protocol`]: the wire request and reply, with validation.
+//! - [`outcome`]: what happened to an event: the vocabulary of replies, logs and tests;
+//!   [`protocol`]: the wire request and reply, with validation. Both come from the
+//!   `summarizer-client` crate, which agents embed, so the two sides share one contract.
 //! - [`llm`]: summarizers: the offline extractive one and an OpenAI-compatible client.
 //! - [`store`]: Postgres: counters, the lease, the fenced commit, the aggregates.
 //! - [`worker`]: one event start to finish ([`worker::Worker::process`]).
 //! - [`transport`]: the NATS queue-group loop, bounded, with drain on shutdown.
-//! - [`client`]: what Rust agents call before a turn; never fails, always "proceed".
+//! - [`client`]: what Rust agents call before a turn (`summarizer-client`'s); never
+//!   fails, always "proceed".
 //! - [`http`]: `GET /stats`, `/healthz`, `/readyz`, `/metrics`; [`health`]: readiness;
 //!   [`metrics`]: the Prometheus registry.
-//! - [`check`]: invariants over the whole database (`summarizer check`); [`chaos`]: a
-//!   bounded fault run that ends with them.
+//! - [`check`]: invariants over the whole database (`summarizer check`).
 //! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands.
-//! - [`bench`]: our paths against raw NATS and Postgres baselines (`summarizer bench`);
-//!   [`worker_process`]: the worker processes `chaos` and `bench` run; [`fake_llm`]: theirs.
+//!
+//! The benchmark, the chaos run and the fakes live in the `summarizer-lab` crate
+//! (`crates/lab`), which never ships with the worker.
 
 pub mod app;
-pub mod bench;
-pub mod chaos;
 pub mod check;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
-pub mod fake_llm;
 pub mod health;
 pub mod http;
 pub mod llm;
@@ -48,16 +47,5 @@ pub mod summary;
 pub mod telemetry;
 pub mod transport;
 pub mod worker;
-pub mod worker_process;
 
-/// An error and its sources, joined by ": ", for one log line or reply message.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub use summarizer_client::error_chain;

@@ -201,3 +201,21 @@ pub async fn connect(
         }
     }
 }
+
+/// Connects to NATS once, without waiting for a server that is not up: for commands and
+/// tools, which report the failure rather than wait.
+///
+/// # Errors
+/// When the server is unreachable or refuses the connection.
+pub async fn connect_once(settings: &Settings, name: &str) -> anyhow::Result<Client> {
+    connect_options(settings, name)
+        .await?
+        .connect(settings.nats_url.expose())
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to NATS at {}",
+                redact_url(settings.nats_url.expose())
+            )
+        })
+}

@@ -121,6 +121,11 @@ impl PgStore {
         &self.pool
     }
 
+    /// Closes the pool, waiting for connections in use to come back.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
     /// Applies the migrations in `migrations/`. sqlx holds an advisory lock meanwhile, so
     /// a whole fleet may start at once.
     ///
@@ -171,51 +176,6 @@ impl PgStore {
     /// When the database is unreachable.
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    /// `url` naming the database `name` instead (same server, user and options): for
-    /// the throwaway databases of `chaos` and `bench`.
-    ///
-    /// # Errors
-    /// When `url` is not a Postgres URL naming a database.
-    pub fn url_with_database(url: &str, name: &str) -> Result<String, StoreError> {
-        let current = PgConnectOptions::from_str(url)?
-            .get_database()
-            .unwrap_or_default()
-            .to_owned();
-        let (base, query) = url
-            .split_once('?')
-            .map_or((url, None), |(b, q)| (b, Some(q)));
-        let base = base
-            .strip_suffix(current.as_str())
-            .filter(|b| b.ends_with('/'))
-            .ok_or_else(|| {
-                sqlx::Error::Configuration("DATABASE_URL must name its database".into())
-            })?;
-        Ok(match query {
-            Some(query) => format!("{base}{name}?{query}"),
-            None => format!("{base}{name}"),
-        })
-    }
-
-    /// Drops the database `url` names, disconnecting its sessions.
-    ///
-    /// # Errors
-    /// When the server is unreachable or refuses.
-    pub async fn drop_database(url: &str) -> Result<(), StoreError> {
-        let options = PgConnectOptions::from_str(url)?;
-        let name = options.get_database().unwrap_or_default().to_owned();
-        let mut admin = options.database("postgres").connect().await?;
-        let quoted: String = sqlx::query_scalar("SELECT quote_ident($1)")
-            .bind(&name)
-            .fetch_one(&mut admin)
-            .await?;
-        let drop = format!("DROP DATABASE IF EXISTS {quoted} WITH (FORCE)");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
-            .execute(&mut admin)
-            .await?;
-        admin.close().await?;
         Ok(())
     }
 

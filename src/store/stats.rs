@@ -3,6 +3,7 @@
 //! usage-event triggers keep (migration 5), so they cost a row per day, not per event.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
@@ -157,6 +158,63 @@ fn percentile(buckets: &[(i16, i64)], q: f64) -> Option<f64> {
         seen += n;
         (seen as f64 >= rank).then(|| (2f64.powf(f64::from(bucket) / 2.0) * 10.0).round() / 10.0)
     })
+}
+
+/// The table `summarizer stats` and the demo print: the aggregates, then the per-day
+/// series.
+impl fmt::Display for StatsReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let report = self;
+        let stats = &report.summary;
+        let opt = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        let mut rows = vec![
+            (
+                "total_summarizations",
+                stats.total_summarizations.to_string(),
+            ),
+            (
+                "total_chars_compacted",
+                stats.total_chars_compacted.to_string(),
+            ),
+            (
+                "total_messages_compacted",
+                stats.total_messages_compacted.to_string(),
+            ),
+            ("average_chars_removed", opt(stats.average_chars_removed)),
+            ("p50_duration_ms", opt(stats.p50_duration_ms)),
+            ("p95_duration_ms", opt(stats.p95_duration_ms)),
+            ("prompt_tokens", stats.prompt_tokens.to_string()),
+            ("completion_tokens", stats.completion_tokens.to_string()),
+            (
+                "last_summarization_at",
+                stats
+                    .last_summarization_at
+                    .clone()
+                    .unwrap_or_else(|| "-".to_owned()),
+            ),
+        ];
+        for (reason, n) in &stats.failures_by_reason {
+            rows.push(("failures", format!("{reason} {n}")));
+        }
+        for (name, value) in &rows {
+            writeln!(f, "{name:<26}{value:>26}")?;
+        }
+        if !report.daily.is_empty() {
+            writeln!(
+                f,
+                "\n{:<12}{:>12}{:>14}{:>10}",
+                "day", "compactions", "chars", "failures"
+            )?;
+            for d in &report.daily {
+                writeln!(
+                    f,
+                    "{:<12}{:>12}{:>14}{:>10}",
+                    d.day, d.compactions, d.chars_removed, d.failures
+                )?;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

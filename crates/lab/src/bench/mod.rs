@@ -21,14 +21,15 @@ use futures_util::StreamExt;
 use futures_util::future::{BoxFuture, FutureExt};
 use tokio::process::{Child, Command};
 
-use crate::client::{Decision, TurnClient};
-use crate::config::{Limits, Settings};
-use crate::llm::{LlmError, Summarizer, Summary};
-use crate::message::Message;
-use crate::outcome::{Outcome, Reason, Status};
-use crate::store::PgStore;
-use crate::worker::{Event, Policy, Worker};
+use crate::db::Scratch;
 use crate::worker_process;
+use summarizer::client::{Decision, TurnClient};
+use summarizer::config::{Limits, Settings};
+use summarizer::llm::{LlmError, Summarizer, Summary};
+use summarizer::message::Message;
+use summarizer::outcome::{Outcome, Reason, Status};
+use summarizer::store::PgStore;
+use summarizer::worker::{Event, Policy, Worker};
 
 pub use load::Measurement;
 use report::Report;
@@ -104,19 +105,15 @@ pub async fn run(settings: &Settings, args: &BenchArgs) -> anyhow::Result<()> {
     }
     let sizes = Sizes::of(args);
     let tag = format!("{:08x}", fastrand::u32(..));
-    let database_url = PgStore::url_with_database(
+    let db = Scratch::create(
         settings.database_url.expose(),
         &format!("summarizer_bench_{tag}"),
-    )?;
-    PgStore::create_database_if_missing(&database_url).await?;
-    let store = PgStore::connect_lazy(&database_url, POOL, Duration::from_secs(30))?;
-    store
-        .migrate()
-        .await
-        .context("migrating the bench database")?;
-    let result = measure(settings, &sizes, &tag, &database_url, &store).await;
-    store.pool().close().await;
-    PgStore::drop_database(&database_url).await?;
+        POOL,
+    )
+    .await
+    .context("creating the bench database")?;
+    let result = measure(settings, &sizes, &tag, &db).await;
+    db.drop_database().await?;
     let report = result?;
     if args.json {
         let json = serde_json::json!({
@@ -138,11 +135,15 @@ async fn measure(
     settings: &Settings,
     sizes: &Sizes,
     tag: &str,
-    database_url: &str,
-    store: &PgStore,
+    db: &Scratch,
 ) -> anyhow::Result<Report> {
-    let seeded =
-        seed::sessions(store, sizes.compactions, sizes.cost_sessions + COST_WARMUP).await?;
+    let (database_url, store) = (db.url.as_str(), &db.store);
+    let seeded = seed::sessions(
+        &db.agents,
+        sizes.compactions,
+        sizes.cost_sessions + COST_WARMUP,
+    )
+    .await?;
     let llm = crate::fake_llm::start(
         0.0,
         LLM_LATENCY.as_millis() as u64..LLM_LATENCY.as_millis() as u64,
@@ -150,13 +151,7 @@ async fn measure(
     .await?;
     let subject = format!("summarizer.bench.{tag}.turn.starting");
     let mut worker = spawn_worker(database_url, &subject, tag, &llm.url)?;
-    let nats = || async {
-        crate::transport::connect_options(settings, "summarizer-bench")
-            .await?
-            .connect(settings.nats_url.expose())
-            .await
-            .context("connecting to NATS")
-    };
+    let nats = || async { summarizer::transport::connect_once(settings, "summarizer-bench").await };
     let client = TurnClient::new(nats().await?, subject);
     wait_ready(&client, &seeded.small[0]).await?;
     let pid = worker.id().context("the worker exited")?;
@@ -188,7 +183,7 @@ async fn measure(
         .context("starting the echo server")?;
     let echo_client = nats().await?;
     wait_for_echo(&echo_client, &echo_subject).await?;
-    let payload = crate::protocol::Request {
+    let payload = summarizer::protocol::Request {
         session_id: seeded.small[0].clone(),
         request_id: Some("00000000".into()),
     }
@@ -229,7 +224,7 @@ async fn measure(
         .await?;
         report.postgres_select.push(m);
     }
-    baseline_pool.pool().close().await;
+    baseline_pool.close().await;
 
     // Our no-op path, end to end.
     for concurrency in [1, CONCURRENCY] {
@@ -408,10 +403,7 @@ impl Summarizer for Instant {
 /// `summarizer bench --serve-echo SUBJECT`: the NATS baseline's server, answering every
 /// request with its own payload, on a queue group, until killed.
 async fn serve_echo(settings: &Settings, subject: &str) -> anyhow::Result<()> {
-    let nats = crate::transport::connect_options(settings, "summarizer-bench-echo")
-        .await?
-        .connect(settings.nats_url.expose())
-        .await?;
+    let nats = summarizer::transport::connect_once(settings, "summarizer-bench-echo").await?;
     let mut requests = nats
         .queue_subscribe(subject.to_owned(), "bench-echo".into())
         .await?;

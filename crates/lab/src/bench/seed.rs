@@ -1,7 +1,7 @@
 //! The bench's sessions, written in a few set-based statements (explicit seqs keep each
 //! session's order whatever order the rows are inserted in).
 
-use crate::store::PgStore;
+use sqlx::PgPool;
 
 pub struct Seeded {
     /// 1,000 sessions of 10 messages, below the threshold.
@@ -18,7 +18,7 @@ pub struct Seeded {
 /// `sessions` sessions named `<prefix><n>` of `messages` messages of `chars` chars, a
 /// human turn every fourth message.
 async fn insert(
-    store: &PgStore,
+    pool: &PgPool,
     prefix: &str,
     sessions: usize,
     messages: usize,
@@ -33,18 +33,18 @@ async fn insert(
     .bind(i32::try_from(sessions)?)
     .bind(i32::try_from(messages)?)
     .bind(i32::try_from(chars)?)
-    .execute(store.pool())
+    .execute(pool)
     .await?;
     Ok((1..=sessions).map(|n| format!("{prefix}{n}")).collect())
 }
 
-pub async fn sessions(store: &PgStore, over: usize, thousand: usize) -> anyhow::Result<Seeded> {
-    let small = insert(store, "bench-small-", 1_000, 10, 200).await?;
-    let ten = insert(store, "bench-ten-", 1, 10, 200).await?.remove(0);
-    let huge = insert(store, "bench-huge-", 1, 10_000, 5).await?.remove(0);
-    let over = insert(store, "bench-over-", over, 20, 4_000).await?;
-    let thousand = insert(store, "bench-thousand-", thousand, 1_000, 100).await?;
-    sqlx::query("ANALYZE").execute(store.pool()).await?;
+pub async fn sessions(pool: &PgPool, over: usize, thousand: usize) -> anyhow::Result<Seeded> {
+    let small = insert(pool, "bench-small-", 1_000, 10, 200).await?;
+    let ten = insert(pool, "bench-ten-", 1, 10, 200).await?.remove(0);
+    let huge = insert(pool, "bench-huge-", 1, 10_000, 5).await?.remove(0);
+    let over = insert(pool, "bench-over-", over, 20, 4_000).await?;
+    let thousand = insert(pool, "bench-thousand-", thousand, 1_000, 100).await?;
+    sqlx::query("ANALYZE").execute(pool).await?;
     Ok(Seeded {
         small,
         ten,

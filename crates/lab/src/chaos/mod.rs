@@ -17,10 +17,11 @@ use anyhow::{Context, bail};
 use tokio::process::Child;
 use tokio::time::Instant;
 
-use crate::client::TurnClient;
-use crate::config::Settings;
-use crate::store::PgStore;
-use crate::{check, worker_process};
+use crate::db::Scratch;
+use crate::worker_process;
+use summarizer::check;
+use summarizer::client::TurnClient;
+use summarizer::config::Settings;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChaosArgs {
@@ -56,16 +57,14 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         bail!("--workers and --sessions must be positive");
     }
     let tag = format!("{:08x}", fastrand::u32(..));
-    let database_url = PgStore::url_with_database(
+    let db = Scratch::create(
         settings.database_url.expose(),
         &format!("summarizer_chaos_{tag}"),
-    )?;
-    PgStore::create_database_if_missing(&database_url).await?;
-    let store = PgStore::connect_lazy(&database_url, 20, Duration::from_secs(10))?;
-    store
-        .migrate()
-        .await
-        .context("migrating the chaos database")?;
+        20,
+    )
+    .await
+    .context("creating the chaos database")?;
+    let (database_url, store) = (db.url.clone(), db.store.clone());
 
     let llm = crate::fake_llm::start(args.llm_failure_rate, 10..150).await?;
     let subject = format!("summarizer.chaos.{tag}.turn.starting");
@@ -82,18 +81,14 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         args.duration_secs
     );
 
-    let nats = crate::transport::connect_options(settings, "summarizer-chaos-agents")
-        .await?
-        .connect(settings.nats_url.expose())
-        .await
-        .context("connecting to NATS")?;
+    let nats = summarizer::transport::connect_once(settings, "summarizer-chaos-agents").await?;
     let client = TurnClient::new(nats, subject);
     let stop = Arc::new(AtomicBool::new(false));
     let timeout = Duration::from_millis(args.agent_timeout_ms);
     let agents = agents::start(
         args.sessions,
         &tag,
-        store.clone(),
+        db.agents.clone(),
         client,
         timeout,
         stop.clone(),
@@ -125,7 +120,7 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
     }
 
     let report = check::run(&store).await?;
-    let audit = agents::audit(&store, &ledger).await?;
+    let audit = agents::audit(&db.agents, &ledger).await?;
     let clean = report.is_clean() && audit.is_clean(timeout);
     println!("\n{} worker kills; {}", kills, llm.summary());
     print!("{audit}");
@@ -139,14 +134,14 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         }
     );
 
-    store.pool().close().await;
     if args.keep_database {
+        db.close().await;
         println!(
             "database kept: {}",
-            crate::config::redact_url(&database_url)
+            summarizer::config::redact_url(&database_url)
         );
     } else {
-        PgStore::drop_database(&database_url).await?;
+        db.drop_database().await?;
     }
     Ok(clean)
 }

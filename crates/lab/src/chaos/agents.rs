@@ -13,8 +13,8 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::client::TurnClient;
-use crate::store::PgStore;
+use sqlx::PgPool;
+use summarizer::client::TurnClient;
 
 /// An agent may be late by scheduling noise, never by much more than its timeout.
 const WAIT_SLACK: Duration = Duration::from_millis(250);
@@ -33,7 +33,7 @@ pub struct Agents(Vec<JoinHandle<anyhow::Result<AgentLog>>>);
 pub fn start(
     sessions: usize,
     tag: &str,
-    store: PgStore,
+    db: PgPool,
     client: TurnClient,
     timeout: Duration,
     stop: Arc<AtomicBool>,
@@ -43,7 +43,7 @@ pub fn start(
             .map(|n| {
                 let agent = Agent {
                     session: format!("chaos-{tag}-{n}"),
-                    store: store.clone(),
+                    db: db.clone(),
                     client: client.clone(),
                     timeout,
                 };
@@ -66,7 +66,7 @@ impl Agents {
 
 struct Agent {
     session: String,
-    store: PgStore,
+    db: PgPool,
     client: TurnClient,
     timeout: Duration,
 }
@@ -140,7 +140,7 @@ impl Agent {
             .bind(&content)
             .bind(tool_calls)
             .bind(tool_call_id)
-            .execute(self.store.pool())
+            .execute(&self.db)
             .await
             .context("an agent's append")?;
             log.appended.push(content);
@@ -200,7 +200,7 @@ impl fmt::Display for Audit {
 ///
 /// # Errors
 /// When the database cannot be read.
-pub async fn audit(store: &PgStore, ledger: &[AgentLog]) -> anyhow::Result<Audit> {
+pub async fn audit(db: &PgPool, ledger: &[AgentLog]) -> anyhow::Result<Audit> {
     let mut audit = Audit {
         sessions: ledger.len(),
         appended: 0,
@@ -225,7 +225,7 @@ pub async fn audit(store: &PgStore, ledger: &[AgentLog]) -> anyhow::Result<Audit
              ) AS everything ORDER BY seq",
         )
         .bind(&log.session)
-        .fetch_all(store.pool())
+        .fetch_all(db)
         .await?;
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for content in &stored {

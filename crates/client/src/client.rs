@@ -1,0 +1,99 @@
+//! The client agents written in Rust call before every turn. It never fails to its
+//! caller: whatever goes wrong, the answer is "proceed".
+
+use std::time::Duration;
+
+use async_nats::RequestErrorKind;
+use async_nats::connection::State;
+
+use crate::new_request_id;
+use crate::outcome::Status;
+use crate::protocol::{Reply, Request};
+
+/// What the agent learns before its turn. Every variant means "go on"; only
+/// `Replied` with status `compacted` means the history changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// A worker answered.
+    Replied(Reply),
+    /// No worker answered within the timeout. A worker may still be compacting; it commits
+    /// safely and the next turn sees the result.
+    TimedOut,
+    /// No worker is subscribed: NATS says so at once.
+    NoWorkers,
+    /// NATS could not be reached, or the reply could not be read.
+    Unavailable(String),
+}
+
+impl Decision {
+    /// Whether the session's history was compacted (re-read it before the turn).
+    pub fn compacted(&self) -> bool {
+        matches!(self, Self::Replied(r) if r.status == Status::Compacted)
+    }
+
+    /// Machine-readable: the reply's reason, or why there was none.
+    pub fn reason(&self) -> &str {
+        match self {
+            Self::Replied(reply) => reply.reason.as_str(),
+            Self::TimedOut => "timeout",
+            Self::NoWorkers => "no_responders",
+            Self::Unavailable(_) => "transport_error",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct TurnClient {
+    nats: async_nats::Client,
+    subject: String,
+}
+
+impl TurnClient {
+    pub fn new(nats: async_nats::Client, subject: impl Into<String>) -> Self {
+        Self {
+            nats,
+            subject: subject.into(),
+        }
+    }
+
+    /// Asks the fleet whether `session_id` needs compacting before the next turn, and
+    /// waits at most `timeout` for the answer.
+    pub async fn turn_starting(&self, session_id: &str, timeout: Duration) -> Decision {
+        let request = Request {
+            session_id: session_id.to_owned(),
+            request_id: Some(new_request_id()),
+        };
+        self.send(&request.encode(), timeout).await
+    }
+
+    /// Sends `payload` as it is: for tools and tests that need to send what a careless
+    /// agent might.
+    pub async fn send(&self, payload: &[u8], timeout: Duration) -> Decision {
+        // While reconnecting, a request would wait out its whole timeout in the client's
+        // buffer; the agent is better served by proceeding now.
+        if self.nats.connection_state() != State::Connected {
+            return Decision::Unavailable("not connected to NATS".to_owned());
+        }
+        let request = async_nats::Request::new()
+            .payload(payload.to_vec().into())
+            .timeout(Some(timeout));
+        // The outer timeout also bounds a client stuck reconnecting.
+        let sent = tokio::time::timeout(
+            timeout,
+            self.nats.send_request(self.subject.clone(), request),
+        )
+        .await;
+        match sent {
+            Err(_elapsed) => Decision::TimedOut,
+            Ok(Err(e)) => match e.kind() {
+                RequestErrorKind::TimedOut => Decision::TimedOut,
+                RequestErrorKind::NoResponders => Decision::NoWorkers,
+                _ => Decision::Unavailable(crate::error_chain(&e)),
+            },
+            Ok(Ok(message)) => match serde_json::from_slice(&message.payload) {
+                Ok(reply) => Decision::Replied(reply),
+                Err(e) => Decision::Unavailable(format!("unreadable reply: {e}")),
+            },
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The wire contract (DESIGN.md section 1): the turn-starting request and its reply, as
+//! JSON. Agents in any language depend on these shapes; fields are only ever added.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::outcome::{Outcome, Reason, Status};
+
+/// A request larger than this is rejected before it is parsed.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Session ids longer than this (in UTF-8 bytes) are rejected; the schema has the same limit.
+pub const MAX_SESSION_ID_BYTES: usize = 256;
+/// A longer `request_id` is rejected: it is echoed into every log line of the event.
+pub const MAX_REQUEST_ID_BYTES: usize = 128;
+
+/// A valid turn-starting request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// Why a request was rejected; the text goes back to the sender.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidRequest(pub String);
+
+impl std::fmt::Display for InvalidRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidRequest {}
+
+impl Request {
+    /// Parses and validates a request payload. Unknown fields are ignored.
+    ///
+    /// # Errors
+    /// [`InvalidRequest`] saying what is wrong: too large, not a JSON object, a missing
+    /// or non-string `session_id`, an empty, oversized or control-character id.
+    pub fn decode(payload: &[u8]) -> Result<Self, InvalidRequest> {
+        let invalid = |msg: String| Err(InvalidRequest(msg));
+        if payload.len() > MAX_REQUEST_BYTES {
+            return invalid(format!(
+                "request is {} bytes; the limit is {MAX_REQUEST_BYTES}",
+                payload.len()
+            ));
+        }
+        let value: Value = match serde_json::from_slice(payload) {
+            Ok(value) => value,
+            Err(e) => return invalid(format!("request is not valid JSON: {e}")),
+        };
+        let Value::Object(fields) = value else {
+            return invalid("request must be a JSON object".to_owned());
+        };
+        let session_id = match fields.get("session_id") {
+            Some(Value::String(id)) => id,
+            None | Some(Value::Null) => return invalid("session_id is required".to_owned()),
+            Some(_) => return invalid("session_id must be a string".to_owned()),
+        };
+        check_id("session_id", session_id, MAX_SESSION_ID_BYTES)?;
+        let request_id = match fields.get("request_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => {
+                check_id("request_id", id, MAX_REQUEST_ID_BYTES)?;
+                Some(id.clone())
+            }
+            Some(_) => return invalid("request_id must be a string".to_owned()),
+        };
+        Ok(Self {
+            session_id: session_id.clone(),
+            request_id,
+        })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        // Serializing a struct of strings cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+fn check_id(field: &str, id: &str, max_bytes: usize) -> Result<(), InvalidRequest> {
+    if id.is_empty() {
+        Err(InvalidRequest(format!("{field} must not be empty")))
+    } else if id.len() > max_bytes {
+        Err(InvalidRequest(format!(
+            "{field} is {} bytes; the limit is {max_bytes}",
+            id.len()
+        )))
+    } else if id.chars().any(char::is_control) {
+        Err(InvalidRequest(format!(
+            "{field} must not contain control characters"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+/// The reply to a turn-starting request. Every status but `compacted` means "proceed with
+/// the history as it is"; so does no reply at all.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reply {
+    pub status: Status,
+    pub reason: Reason,
+    pub session_id: Option<String>,
+    pub request_id: Option<String>,
+    /// The session's size when the worker checked it (before any compaction).
+    #[serde(default)]
+    pub session_chars: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_removed: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chars_removed: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_kept: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_chars: Option<i64>,
+    /// The `usage_events.id` of the compaction, also its `archived_messages.compaction_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction_id: Option<i64>,
+    /// Time the worker spent on the event.
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// A human-readable detail for `failed` and `rejected`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl Reply {
+    pub fn new(
+        outcome: &Outcome,
+        session_id: Option<&str>,
+        request_id: Option<&str>,
+        session_chars: Option<i64>,
+        duration_ms: u64,
+    ) -> Self {
+        let compaction = match outcome {
+            Outcome::Compacted(c) => Some(c),
+            _ => None,
+        };
+        let message = match outcome {
+            Outcome::Failed { detail, .. } | Outcome::Rejected { detail } => Some(detail.clone()),
+            _ => None,
+        };
+        Self {
+            status: outcome.status(),
+            reason: outcome.reason(),
+            session_id: session_id.map(str::to_owned),
+            request_id: request_id.map(str::to_owned),
+            session_chars,
+            messages_removed: compaction.map(|c| c.messages_removed),
+            chars_removed: compaction.map(|c| c.chars_removed),
+            messages_kept: compaction.map(|c| c.messages_kept),
+            summary_chars: compaction.map(|c| c.summary_chars),
+            compaction_id: compaction.map(|c| c.compaction_id),
+            duration_ms,
+            message,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        // Serializing plain fields cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn rejects(payload: &[u8], why: &str) {
+        let err = Request::decode(payload).expect_err(why);
+        assert!(err.0.contains(why), "{:?} should say {why:?}", err.0);
+    }
+
+    #[test]
+    fn accepts_a_request_and_ignores_unknown_fields() {
+        let r =
+            Request::decode(br#"{"session_id":"s-1","request_id":"ab12","future":[1]}"#).unwrap();
+        assert_eq!(
+            r,
+            Request {
+                session_id: "s-1".into(),
+                request_id: Some("ab12".into())
+            }
+        );
+        let r = Request::decode("{\"session_id\":\"🦀 séance\"}".as_bytes()).unwrap();
+        assert_eq!(r.session_id, "🦀 séance");
+    }
+
+    #[test]
+    fn rejects_each_kind_of_bad_request_with_a_reason() {
+        rejects(b"not json", "not valid JSON");
+        rejects(b"", "not valid JSON");
+        rejects(b"[1,2]", "JSON object");
+        rejects(b"{}", "session_id is required");
+        rejects(br#"{"session_id":42}"#, "must be a string");
+        rejects(br#"{"session_id":""}"#, "must not be empty");
+        rejects(br#"{"session_id":"a\u0000b"}"#, "control characters");
+        rejects(
+            br#"{"session_id":"s","request_id":7}"#,
+            "request_id must be a string",
+        );
+        let long = format!(
+            r#"{{"session_id":"{}"}}"#,
+            "x".repeat(MAX_SESSION_ID_BYTES + 1)
+        );
+        rejects(long.as_bytes(), "the limit is 256");
+        rejects(&vec![b' '; MAX_REQUEST_BYTES + 1], "the limit is 65536");
+    }
+
+    #[test]
+    fn replies_round_trip_and_unknown_reasons_decode() {
+        let reply = Reply::new(&Outcome::Busy, Some("s"), Some("r"), Some(10), 3);
+        assert_eq!(
+            serde_json::from_slice::<Reply>(&reply.encode()).unwrap(),
+            reply
+        );
+        let newer: Reply = serde_json::from_str(
+            r#"{"status":"skipped","reason":"some_new_reason","session_id":"s","request_id":null}"#,
+        )
+        .unwrap();
+        assert_eq!(newer.reason, Reason::Other);
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(payload in prop::collection::vec(any::<u8>(), 0..512)) {
+            let _ = Request::decode(&payload);
+        }
+
+        #[test]
+        fn a_request_is_accepted_exactly_when_its_id_is_valid(
+            id in any::<String>(),
+            extra in prop::collection::btree_map("[a-z_]{1,8}", any::<i64>(), 0..4),
+        ) {
+            let mut fields = serde_json::Map::new();
+            for (k, v) in extra {
+                fields.insert(k, Value::from(v));
+            }
+            fields.insert("session_id".to_owned(), Value::String(id.clone()));
+            let payload = serde_json::to_vec(&Value::Object(fields)).unwrap();
+            let valid = !id.is_empty()
+                && id.len() <= MAX_SESSION_ID_BYTES
+                && !id.chars().any(char::is_control);
+            match Request::decode(&payload) {
+                Ok(request) => prop_assert!(valid && request.session_id == id),
+                Err(InvalidRequest(why)) => prop_assert!(!valid && why.contains("session_id")),
+            }
+        }
+
+        #[test]
+        fn any_valid_id_round_trips(id in "[^\\p{Cc}]{1,60}") {
+            prop_assume!(id.len() <= MAX_SESSION_ID_BYTES);
+            let request = Request { session_id: id, request_id: None };
+            prop_assert_eq!(Request::decode(&request.encode()).unwrap(), request);
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! The lab's runs end to end, as CI runs them: a short chaos run and the benchmark's
+//! smoke run, against the real Postgres and NATS.
+
+// Test helpers panic on purpose: a failed setup step is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+const NATS_URL: &str = "nats://127.0.0.1:4222";
+
+/// `summarizer-lab` with a clean environment, run from an empty directory (no `.env`).
+fn lab(args: &[&str]) -> tokio::process::Command {
+    let dir = std::env::temp_dir().join(format!("summarizer-lab-test-{:08x}", fastrand::u32(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_summarizer-lab"));
+    command
+        .args(args)
+        .env_clear()
+        .current_dir(dir)
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs `command` to its end (at most `limit`), asserts it succeeded, returns its stdout.
+async fn succeeds(mut command: tokio::process::Command, limit: Duration) -> String {
+    let output = tokio::time::timeout(limit, command.output())
+        .await
+        .expect("the command stops by itself in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[tokio::test]
+async fn a_short_chaos_run_loses_nothing() {
+    let mut chaos = lab(&[
+        "chaos",
+        "--duration-secs",
+        "8",
+        "--sessions",
+        "30",
+        "--workers",
+        "3",
+        "--kill-every-ms",
+        "1000",
+    ]);
+    // Only the name's base: the run makes and drops a database of its own.
+    chaos
+        .env(
+            "DATABASE_URL",
+            "postgres://postgres@127.0.0.1:5432/summarizer",
+        )
+        .env("NATS_URL", NATS_URL);
+
+    let stdout = succeeds(chaos, Duration::from_secs(120)).await;
+
+    assert!(
+        stdout.contains(": 0 lost, 0 duplicated, 0 misplaced"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("chaos: every invariant held"));
+    // The run did what it says: workers died and sessions were compacted meanwhile.
+    let kills: u32 = stdout
+        .lines()
+        .find_map(|l| l.split_once(" worker kills;").map(|(n, _)| n))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a kill count");
+    assert!(kills >= 3, "{stdout}");
+    assert!(
+        !stdout.contains("checked 30 sessions, 0 messages"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("compacted "), "{stdout}");
+}
+
+#[tokio::test]
+async fn the_benchmark_smoke_run_reports_every_figure() {
+    let mut bench = lab(&["bench", "--quick", "--json"]);
+    bench
+        .env(
+            "DATABASE_URL",
+            "postgres://postgres@127.0.0.1:5432/summarizer",
+        )
+        .env("NATS_URL", NATS_URL)
+        .env("RUST_LOG", "warn");
+
+    let stdout = succeeds(bench, Duration::from_secs(300)).await;
+
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    // No target is asserted (a smoke run on a shared CI machine measures little), but
+    // every figure must be there and be a real measurement.
+    let targets = report["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 8, "{stdout}");
+    for target in targets {
+        assert!(target["ours"].as_f64().unwrap() > 0.0, "{target}");
+        assert!(target["baseline"].as_f64().unwrap() > 0.0, "{target}");
+    }
+    for series in ["nats_echo", "postgres_select", "noop", "noop_by_length"] {
+        assert_eq!(
+            report["measurements"][series].as_array().unwrap().len(),
+            2,
+            "{series}"
+        );
+    }
+}
