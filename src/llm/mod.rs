@@ -7,6 +7,7 @@
 mod extractive;
 mod openai;
 pub mod prompt;
+mod retry;
 
 use std::sync::Arc;
 use std::time::Duration;

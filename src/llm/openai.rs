@@ -1,23 +1,23 @@
 //! An OpenAI-compatible `/chat/completions` client (OpenAI, vLLM, Ollama, LiteLLM, ...).
 //!
 //! One place decides what is retried ([`LlmError::is_transient`]): connect errors,
-//! timeouts, 408, 429 and 5xx. Waits are exponential with full jitter (a uniform draw in
-//! `[0, backoff]`), except that a server's `Retry-After` is honoured up to
-//! `LLM_RETRY_AFTER_CAP_MS`. No wait starts that would end past `LLM_DEADLINE_MS`, and
-//! each attempt's timeout is cut to the time left.
+//! timeouts, 408, 429 and 5xx. How long to wait, and whether to try again at all, is
+//! [`super::retry`]'s: at most `1 + LLM_MAX_RETRIES` attempts, waits exponential with full
+//! jitter or, when the server sends `Retry-After`, its wait clamped to
+//! `[LLM_RETRY_MIN_DELAY_MS, LLM_RETRY_AFTER_CAP_MS]`, none ending past `LLM_DEADLINE_MS`.
+//! Each attempt's timeout is cut to the time left. Nothing a server sends (headers,
+//! status, body) can panic here: it is an answer or an [`LlmError`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
 use futures_util::future::{BoxFuture, FutureExt};
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{Client, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::time::Instant;
 
+use super::retry::{RetryPolicy, with_retries};
 use super::{LlmError, Summarizer, Summary, prompt};
 use crate::config::LlmSettings;
 use crate::message::Message;
@@ -25,6 +25,10 @@ use crate::metrics::Metrics;
 
 /// Error bodies are quoted in logs and replies only up to this many characters.
 const BODY_EXCERPT_CHARS: usize = 300;
+
+/// A longer `Retry-After` is read as this. It only has to be finite and above any
+/// sensible `LLM_RETRY_AFTER_CAP_MS`: the retry policy cuts the wait to the cap.
+const RETRY_AFTER_MAX: Duration = Duration::from_secs(24 * 60 * 60);
 
 pub struct OpenAiClient {
     http: Client,
@@ -57,39 +61,18 @@ impl OpenAiClient {
                 {"role": "user", "content": prompt::transcript(old)},
             ],
         });
-        let deadline = Instant::now() + self.settings.deadline;
-        let attempts = AtomicU32::new(0);
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(self.settings.retry_min_delay)
-            .with_max_delay(self.settings.retry_max_delay)
-            .with_max_times(self.settings.max_retries);
-
-        let attempt = || async {
-            attempts.fetch_add(1, Ordering::Relaxed);
-            let left = deadline.saturating_duration_since(Instant::now());
-            self.attempt(&body, left.min(self.settings.timeout)).await
-        };
-        attempt
-            .retry(backoff)
-            .when(LlmError::is_transient)
-            .adjust(|error, backoff| {
-                let wait = match error.retry_after() {
-                    Some(asked) => asked.min(self.settings.retry_after_cap),
-                    None => backoff?.mul_f64(fastrand::f64()),
-                };
-                // Give up now rather than sleep into the deadline.
-                (Instant::now() + wait < deadline).then_some(wait)
-            })
-            .notify(|error, wait| {
-                self.metrics.llm_retried();
-                tracing::warn!(
-                    attempt = attempts.load(Ordering::Relaxed),
-                    wait_ms = wait.as_millis() as u64,
-                    error = %error,
-                    "LLM call failed, retrying"
-                );
-            })
-            .await
+        let policy = RetryPolicy::from(&self.settings);
+        let attempt = |left: Duration| self.attempt(&body, left.min(self.settings.timeout));
+        with_retries(&policy, attempt, |attempt, error, wait| {
+            self.metrics.llm_retried();
+            tracing::warn!(
+                attempt,
+                wait_ms = wait.as_millis() as u64,
+                error = %error,
+                "LLM call failed, retrying"
+            );
+        })
+        .await
     }
 
     async fn attempt(
@@ -171,16 +154,31 @@ fn is_retryable(status: StatusCode) -> bool {
         || status.is_server_error()
 }
 
-/// `retry-after-ms` (sent by OpenAI) or `Retry-After` in whole seconds. The HTTP-date
-/// form is not honoured: the exponential backoff applies instead.
+/// `retry-after-ms` (sent by OpenAI) or `Retry-After` in seconds, never panicking
+/// whatever the header holds: a number above [`RETRY_AFTER_MAX`] reads as that, and
+/// anything that is not a finite, non-negative number is ignored. The
+/// HTTP-date form is not honoured either: the exponential backoff applies instead. The
+/// retry policy then clamps the wait to its own bounds.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let number = |name: &str| -> Option<f64> {
         let value: f64 = headers.get(name)?.to_str().ok()?.trim().parse().ok()?;
         (value.is_finite() && value >= 0.0).then_some(value)
     };
     number("retry-after-ms")
-        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
-        .or_else(|| number(RETRY_AFTER.as_str()).map(Duration::from_secs_f64))
+        .map(|ms| ms / 1000.0)
+        .or_else(|| number(RETRY_AFTER.as_str()))
+        .map(seconds)
+}
+
+/// A number of seconds as a wait in `[0, RETRY_AFTER_MAX]`. It is clamped while still an
+/// `f64`: `Duration::from_secs_f64` panics on values past `u64::MAX` seconds (and on NaN,
+/// which reads as zero here, as does `-0`).
+fn seconds(secs: f64) -> Duration {
+    if secs.is_nan() || secs <= 0.0 {
+        return Duration::ZERO;
+    }
+    Duration::try_from_secs_f64(secs.min(RETRY_AFTER_MAX.as_secs_f64()))
+        .map_or(RETRY_AFTER_MAX, |wait| wait.min(RETRY_AFTER_MAX))
 }
 
 #[derive(Deserialize)]
@@ -228,6 +226,9 @@ fn parse(body: &str) -> Result<Summary, LlmError> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+    use reqwest::header::HeaderValue;
+
     use super::*;
 
     #[test]
@@ -247,6 +248,87 @@ mod tests {
     }
 
     #[test]
+    fn absurd_retry_after_values_are_saturated_or_ignored() {
+        let read = |name: &'static str, value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(name, value.parse().unwrap());
+            retry_after(&headers)
+        };
+        for (name, value) in [
+            ("retry-after", "100000000000000000000"),
+            ("retry-after", "1e308"),
+            ("retry-after-ms", "1e30"),
+            ("retry-after-ms", "1.7976931348623157e308"),
+        ] {
+            assert_eq!(read(name, value), Some(RETRY_AFTER_MAX), "{name}: {value}");
+        }
+        for (name, value) in [
+            ("retry-after", "-1"),
+            ("retry-after", "NaN"),
+            ("retry-after-ms", "inf"),
+            ("retry-after-ms", "-infinity"),
+            ("retry-after", ""),
+            ("retry-after", "soon"),
+        ] {
+            assert_eq!(read(name, value), None, "{name}: {value}");
+        }
+        assert_eq!(read("retry-after", "-0"), Some(Duration::ZERO));
+        assert_eq!(
+            read("retry-after-ms", "0.5"),
+            Some(Duration::from_micros(500))
+        );
+    }
+
+    /// Header values as a proxy might send them: numbers of any size and form, and any
+    /// bytes a header may hold.
+    fn header_value() -> impl Strategy<Value = HeaderValue> {
+        let numeric = prop_oneof![
+            any::<f64>().prop_map(|f| f.to_string()),
+            any::<f64>().prop_map(|f| format!("{f:e}")),
+            any::<u128>().prop_map(|n| n.to_string()),
+            "[-+ ]?[0-9]{0,40}(\\.[0-9]{0,10})?([eE][-+]?[0-9]{1,4})?",
+            "(?i)[-+]?(inf|infinity|nan)",
+        ]
+        .prop_map(|s| HeaderValue::from_str(&s).unwrap());
+        let bytes = prop::collection::vec(any::<u8>(), 0..64)
+            .prop_filter_map("not a header value", |b| HeaderValue::from_bytes(&b).ok());
+        prop_oneof![numeric, bytes]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn no_retry_after_header_panics_or_asks_past_the_bound(
+            ms in proptest::option::of(header_value()),
+            secs in proptest::option::of(header_value()),
+        ) {
+            let mut headers = HeaderMap::new();
+            if let Some(v) = ms {
+                headers.insert("retry-after-ms", v);
+            }
+            if let Some(v) = secs {
+                headers.insert(RETRY_AFTER, v);
+            }
+            if let Some(wait) = retry_after(&headers) {
+                prop_assert!(wait <= RETRY_AFTER_MAX, "{wait:?}");
+            }
+        }
+
+        #[test]
+        fn a_plain_number_of_seconds_is_read_as_sent(secs in 0u64..=RETRY_AFTER_MAX.as_secs()) {
+            let mut headers = HeaderMap::new();
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+            prop_assert_eq!(retry_after(&headers), Some(Duration::from_secs(secs)));
+        }
+
+        #[test]
+        fn no_body_makes_parse_panic(body in ".{0,200}") {
+            let _ = parse(&body);
+        }
+    }
+
+    #[test]
     fn only_timeouts_throttling_and_server_errors_are_retried() {
         for code in [408, 429, 500, 502, 503, 504] {
             assert!(is_retryable(StatusCode::from_u16(code).unwrap()), "{code}");
@@ -263,6 +345,25 @@ mod tests {
             Err(LlmError::Invalid(_))
         ));
         assert!(matches!(parse("<html>"), Err(LlmError::Invalid(_))));
+        let huge = "\u{fffd}".repeat(1 << 20);
+        for body in [
+            "",
+            "null",
+            "[]",
+            r#"{"choices": []}"#,
+            r#"{"choices": [{"message": {}}]}"#,
+            r#"{"choices": [{"message": {"content": null}}]}"#,
+            r#"{"choices": [{"message": {"content": 42}}]}"#,
+            r#"{"choices": [{"message": {"content": ["a"]}}]}"#,
+            r#"{"choices": "no"}"#,
+            &huge,
+        ] {
+            let excerpt: String = body.chars().take(40).collect();
+            assert!(
+                matches!(parse(body), Err(LlmError::Invalid(_))),
+                "{excerpt}"
+            );
+        }
         let s = parse(r#"{"model":"m","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#).unwrap();
         assert_eq!(
             (s.text.as_str(), s.prompt_tokens, s.completion_tokens),

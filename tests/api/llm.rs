@@ -53,6 +53,86 @@ async fn throttling_is_retried_after_the_retry_after_it_asks_for() {
     );
 }
 
+/// A throttling answer whose wait is absurdly long, in either header OpenAI-compatible
+/// servers use.
+const HUGE_WAITS: [(&str, &str); 2] = [
+    ("retry-after", "100000000000000000000"),
+    ("retry-after-ms", "1e30"),
+];
+
+#[tokio::test]
+async fn an_absurd_retry_after_is_cut_to_the_cap_and_the_worker_keeps_serving() {
+    for (header, value) in HUGE_WAITS {
+        let app = spawn_app_with(&[("LLM_RETRY_AFTER_CAP_MS", "200")]).await;
+        app.llm_first_then_summary(ResponseTemplate::new(429).insert_header(header, value))
+            .await;
+        app.append_turns("s", 5).await;
+        app.append_turns("next", 5).await;
+
+        let started = Instant::now();
+        let reply = app.turn_starting("s").await;
+
+        assert_eq!(reply.status, Status::Compacted, "{header}: {reply:?}");
+        assert_eq!(app.llm_requests().await, 2, "{header}");
+        assert!(
+            started.elapsed() >= Duration::from_millis(200),
+            "{header}: waited the cap, {:?}",
+            started.elapsed()
+        );
+        assert_eq!(app.lease_owner("s").await, None, "{header}");
+        let next = app.turn_starting("next").await;
+        assert_eq!(next.status, Status::Compacted, "{header}: {next:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_absurd_retry_after_past_the_deadline_fails_open_at_once() {
+    for (header, value) in HUGE_WAITS {
+        // The cap (30 s by default) is past the deadline (8 s): no wait can end in time.
+        let app = spawn_app().await;
+        app.llm_first_then_summary(ResponseTemplate::new(429).insert_header(header, value))
+            .await;
+        app.append_turns("s", 5).await;
+        app.append_turns("next", 5).await;
+        let before = app.messages("s").await;
+
+        let started = Instant::now();
+        let message = assert_failed_unchanged(&app, "s", &before).await;
+
+        assert!(message.contains("HTTP 429"), "{header}: {message}");
+        assert_eq!(app.llm_requests().await, 1, "{header}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{header}: {:?}",
+            started.elapsed()
+        );
+        let next = app.turn_starting("next").await;
+        assert_eq!(next.status, Status::Compacted, "{header}: {next:?}");
+    }
+}
+
+#[tokio::test]
+async fn retry_after_zero_keeps_the_retry_limit_and_the_minimum_delay() {
+    // The test workers allow 3 retries, at least 10 ms apart.
+    let app = spawn_app().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "0"))
+        .mount(&app.llm)
+        .await;
+    app.append_turns("s", 5).await;
+    let before = app.messages("s").await;
+
+    let started = Instant::now();
+    assert_failed_unchanged(&app, "s", &before).await;
+
+    assert_eq!(app.llm_requests().await, 1 + 3);
+    assert!(
+        started.elapsed() >= Duration::from_millis(3 * 10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn server_errors_until_the_deadline_fail_open() {
     let app = spawn_app_with(&[
@@ -210,6 +290,27 @@ async fn every_kind_of_llm_misbehaviour_fails_open_with_nothing_written() {
             ),
             "no message content",
         ),
+        (
+            "200 with no choices",
+            None,
+            Some(ResponseTemplate::new(200).set_body_string(r#"{"choices": []}"#)),
+            "no message content",
+        ),
+        (
+            "content that is a number",
+            None,
+            Some(
+                ResponseTemplate::new(200)
+                    .set_body_string(r#"{"choices": [{"message": {"content": 42}}]}"#),
+            ),
+            "not a chat completion",
+        ),
+        (
+            "a huge error body that is not UTF-8",
+            None,
+            Some(ResponseTemplate::new(400).set_body_bytes(vec![0xff; 4 << 20])),
+            "HTTP 400",
+        ),
     ];
     for (what, base_url, response, says) in cases {
         let mut overrides = fast.to_vec();
@@ -231,6 +332,7 @@ async fn every_kind_of_llm_misbehaviour_fails_open_with_nothing_written() {
         let message = assert_failed_unchanged(&app, "s", &before).await;
 
         assert!(message.contains(says), "{what}: {message}");
+        assert!(message.len() < 2000, "{what}: quoted in part only");
     }
 }
 
