@@ -52,7 +52,8 @@ pub struct Message {
     pub seq: i64,
     pub role: Role,
     pub content: String,
-    /// On `assistant`: `[{id, name, arguments}]`, stored as the agent wrote it.
+    /// On `assistant`: the calls it made, stored as the agent wrote them: a JSON array of
+    /// calls in the flat, LangChain or OpenAI shape. Read it through [`Message::calls`].
     pub tool_calls: Option<Value>,
     /// On `tool`: the call it answers.
     pub tool_call_id: Option<String>,
