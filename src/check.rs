@@ -44,22 +44,48 @@ const INVARIANTS: &[Invariant] = &[
               WHERE s.is_summary
               GROUP BY s.session_id, s.seq",
     },
+    // The three tool-call invariants pair calls and results as the planner does: a result
+    // answers the nearest earlier call of its id, and `tool_calls_array` reads the calls
+    // of a stored value as `Message::calls` does (a double-encoded array included).
     Invariant {
         name: "separated_tool_result",
         description: "a tool result in the history answers a call that was archived",
         sql: "SELECT t.session_id, 'tool_call_id ' || t.tool_call_id
               FROM messages t
-              WHERE t.role = 'tool' AND t.tool_call_id IS NOT NULL
-                AND EXISTS (
-                    SELECT 1 FROM archived_messages a, jsonb_array_elements(
-                        CASE WHEN jsonb_typeof(a.tool_calls) = 'array' THEN a.tool_calls ELSE '[]' END
-                    ) AS call
-                    WHERE a.session_id = t.session_id AND call ->> 'id' = t.tool_call_id)
+              WHERE t.tool_call_id IS NOT NULL
                 AND NOT EXISTS (
-                    SELECT 1 FROM messages c, jsonb_array_elements(
-                        CASE WHEN jsonb_typeof(c.tool_calls) = 'array' THEN c.tool_calls ELSE '[]' END
-                    ) AS call
-                    WHERE c.session_id = t.session_id AND call ->> 'id' = t.tool_call_id)",
+                    SELECT 1 FROM messages c, jsonb_array_elements(tool_calls_array(c.tool_calls)) AS call
+                    WHERE c.session_id = t.session_id AND c.seq < t.seq
+                      AND c.tool_calls IS NOT NULL AND call ->> 'id' = t.tool_call_id)
+                AND EXISTS (
+                    SELECT 1 FROM archived_messages a, jsonb_array_elements(tool_calls_array(a.tool_calls)) AS call
+                    WHERE a.session_id = t.session_id
+                      AND a.tool_calls IS NOT NULL AND call ->> 'id' = t.tool_call_id)",
+    },
+    Invariant {
+        name: "unpaired_tool_result",
+        description: "a tool result in the history has no earlier call of its id, so the \
+                      planner cannot keep it with its call (the call is missing, comes \
+                      later, or is hidden in tool_calls that are not an array)",
+        sql: "SELECT t.session_id, 'tool_call_id ' || t.tool_call_id
+              FROM messages t
+              WHERE t.tool_call_id IS NOT NULL
+                AND NOT EXISTS (
+                    SELECT 1 FROM messages c, jsonb_array_elements(tool_calls_array(c.tool_calls)) AS call
+                    WHERE c.session_id = t.session_id AND c.seq < t.seq
+                      AND c.tool_calls IS NOT NULL AND call ->> 'id' = t.tool_call_id)
+                AND NOT EXISTS (
+                    SELECT 1 FROM archived_messages a, jsonb_array_elements(tool_calls_array(a.tool_calls)) AS call
+                    WHERE a.session_id = t.session_id
+                      AND a.tool_calls IS NOT NULL AND call ->> 'id' = t.tool_call_id)",
+    },
+    Invariant {
+        name: "tool_calls_not_an_array",
+        description: "tool_calls is not a JSON array (a double-encoded string, or another \
+                      shape written before the tool_calls_is_array constraint)",
+        sql: "SELECT session_id, 'seq ' || seq || ': a JSON ' || jsonb_typeof(tool_calls)
+              FROM messages
+              WHERE jsonb_typeof(tool_calls) NOT IN ('array', 'null')",
     },
     Invariant {
         name: "compaction_without_usage_event",

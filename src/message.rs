@@ -1,5 +1,6 @@
 //! The session data model, as the public `messages` table holds it.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -51,7 +52,8 @@ pub struct Message {
     pub seq: i64,
     pub role: Role,
     pub content: String,
-    /// On `assistant`: `[{id, name, arguments}]`, stored as the agent wrote it.
+    /// On `assistant`: the calls it made, stored as the agent wrote them: a JSON array of
+    /// calls in the flat, LangChain or OpenAI shape. Read it through [`Message::calls`].
     pub tool_calls: Option<Value>,
     /// On `tool`: the call it answers.
     pub tool_call_id: Option<String>,
@@ -81,20 +83,100 @@ impl Message {
         }
     }
 
-    /// The ids of the tool calls this message makes. Entries without a string `id` are
-    /// skipped: stored data is the agent's, and odd shapes must not stop a compaction.
-    pub fn tool_call_ids(&self) -> impl Iterator<Item = &str> {
-        self.tool_calls
-            .as_ref()
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|call| call.get("id").and_then(Value::as_str))
+    /// The calls this message makes. `tool_calls` holds a JSON array of calls; rows
+    /// written before the `tool_calls_is_array` constraint may hold that array
+    /// double-encoded as a JSON string, which is decoded here so its ids are not hidden.
+    /// Any other shape holds no call the worker can read.
+    pub fn calls(&self) -> Cow<'_, [Value]> {
+        match &self.tool_calls {
+            Some(Value::Array(calls)) => Cow::Borrowed(calls.as_slice()),
+            Some(Value::String(text)) => match serde_json::from_str(text) {
+                Ok(Value::Array(calls)) => Cow::Owned(calls),
+                _ => Cow::Borrowed(&[]),
+            },
+            _ => Cow::Borrowed(&[]),
+        }
     }
+
+    /// The ids of the tool calls this message makes, in every stored shape (see
+    /// [`Message::calls`] and [`call_id`]). Entries without a string `id` are skipped:
+    /// stored data is the agent's, and odd shapes must not stop a compaction.
+    pub fn tool_call_ids(&self) -> Vec<Cow<'_, str>> {
+        match self.calls() {
+            Cow::Borrowed(calls) => calls
+                .iter()
+                .filter_map(call_id)
+                .map(Cow::Borrowed)
+                .collect(),
+            Cow::Owned(calls) => calls
+                .iter()
+                .filter_map(call_id)
+                .map(|id| Cow::Owned(id.to_owned()))
+                .collect(),
+        }
+    }
+}
+
+/// A call's id. It is a top-level `id` in each shape agents write: the flat
+/// `{id, name, arguments}`, LangChain's `{id, name, args, type: "tool_call"}` and
+/// OpenAI's `{id, type: "function", function: {name, arguments}}`.
+pub fn call_id(call: &Value) -> Option<&str> {
+    call.get("id").and_then(Value::as_str)
 }
 
 /// Characters as Postgres's `char_length` counts them (code points), so sizes computed
 /// here agree with the generated `chars` column.
 pub fn char_count(text: &str) -> i64 {
     i64::try_from(text.chars().count()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn calling(tool_calls: Value) -> Message {
+        let mut m = Message::text(Role::Assistant, "");
+        m.tool_calls = Some(tool_calls);
+        m
+    }
+
+    fn ids(m: &Message) -> Vec<String> {
+        m.tool_call_ids().into_iter().map(Cow::into_owned).collect()
+    }
+
+    #[test]
+    fn ids_are_read_from_every_call_shape() {
+        let m = calling(json!([
+            {"id": "flat", "name": "get_logs", "arguments": "{}"},
+            {"id": "langchain", "name": "get_logs", "args": {"service": "api"}, "type": "tool_call"},
+            {"id": "openai", "type": "function",
+             "function": {"name": "get_logs", "arguments": "{\"service\":\"api\"}"}}
+        ]));
+        assert_eq!(ids(&m), ["flat", "langchain", "openai"]);
+    }
+
+    #[test]
+    fn a_double_encoded_array_is_decoded() {
+        let calls = json!([{"id": "c1", "name": "get_logs", "args": {}}]);
+        let m = calling(Value::String(calls.to_string()));
+        assert_eq!(ids(&m), ["c1"]);
+        assert_eq!(m.calls().len(), 1);
+    }
+
+    #[test]
+    fn other_shapes_hold_no_calls() {
+        for odd in [
+            json!({"id": "not in an array"}),
+            json!("not json"),
+            json!("{\"id\": \"an object, encoded\"}"),
+            json!(42),
+            Value::Null,
+            json!([{"name": "no id"}, 42, null, {"id": 7}]),
+        ] {
+            assert!(ids(&calling(odd.clone())).is_empty(), "{odd}");
+        }
+        assert!(ids(&Message::text(Role::Assistant, "no calls")).is_empty());
+    }
 }

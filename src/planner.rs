@@ -40,7 +40,8 @@ impl Split {
 /// - [`Reason::BelowThreshold`]: the session holds at most `threshold_chars`;
 /// - [`Reason::TooFewTurns`]: fewer than two human turns;
 /// - [`Reason::NoSafeBoundary`]: no human turn after the first message at which the kept
-///   part holds `keep_chars` without separating a tool call from its result;
+///   part holds `keep_chars` without separating a tool call from its result or removing
+///   a call still waiting for its result;
 /// - [`Reason::NothingToCompact`]: the old part is only earlier summaries.
 pub fn plan(messages: &[Message], limits: Limits) -> Result<Split, Reason> {
     let total: i64 = messages.iter().map(|m| m.chars).sum();
@@ -84,24 +85,39 @@ pub fn plan(messages: &[Message], limits: Limits) -> Result<Split, Reason> {
 }
 
 /// `result[i]` is true when cutting before message `i` would leave a tool call in the old
-/// part and its result in the kept part.
+/// part while a result that answers it, or may still come to answer it, is kept.
+///
+/// A result answers the nearest earlier call of its id: some model servers reuse ids
+/// (`call_0` every turn), so the first call of an id is the wrong partner. It follows that
+/// only the last call of an id can still be waiting: a result written later would pair
+/// with it, never with an earlier call of the same id. A waiting call (no result after
+/// it) stays in the kept part, so a result the agent has yet to write is not orphaned.
+///
+/// Linear in the messages and their calls: one pass with a map from each id to its
+/// latest call, then a running sum.
 fn calls_spanning(messages: &[Message]) -> Vec<bool> {
-    let mut caller: HashMap<&str, usize> = HashMap::new();
-    for (i, m) in messages.iter().enumerate() {
-        for id in m.tool_call_ids() {
-            caller.entry(id).or_insert(i);
-        }
-    }
+    let ids: Vec<_> = messages.iter().map(Message::tool_call_ids).collect();
     // +1 where a call/result pair opens, -1 after it closes: a running sum above zero
     // means a pair spans that position.
     let mut delta = vec![0i32; messages.len() + 1];
-    for (result, m) in messages.iter().enumerate() {
-        let Some(call) = m.tool_call_id.as_deref().and_then(|id| caller.get(id)) else {
-            continue;
-        };
-        if *call < result {
+    // Each id's latest call so far, and whether a result has answered it.
+    let mut latest: HashMap<&str, (usize, bool)> = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        // The result first, so that a message never pairs with its own calls.
+        let answered = m.tool_call_id.as_deref().and_then(|id| latest.get_mut(id));
+        if let Some((call, answered)) = answered {
+            delta[*call + 1] += 1;
+            delta[i + 1] -= 1;
+            *answered = true;
+        }
+        for id in &ids[i] {
+            latest.insert(id, (i, false));
+        }
+    }
+    // A waiting call spans every position after it: it is never closed.
+    for (call, answered) in latest.into_values() {
+        if !answered {
             delta[call + 1] += 1;
-            delta[result + 1] -= 1;
         }
     }
     let mut open = 0;

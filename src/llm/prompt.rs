@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
-use crate::message::{Message, Role};
+use crate::message::{Message, Role, call_id};
 use crate::summary::TEMPLATE;
 
 pub fn system_prompt() -> String {
@@ -40,24 +40,26 @@ pub fn transcript(old: &[Message]) -> String {
             out.push_str(m.content.trim());
             out.push('\n');
         }
-        for call in m.tool_calls.iter().filter_map(Value::as_array).flatten() {
+        for call in m.calls().iter() {
             let (name, arguments) = call_parts(call);
-            let id = call.get("id").and_then(Value::as_str).unwrap_or("(no id)");
+            let id = call_id(call).unwrap_or("(no id)");
             let _ = writeln!(out, "[assistant calls tool {name}, call {id}] {arguments}");
         }
     }
     out
 }
 
-/// A call's name and arguments, in the flat shape (`{id, name, arguments}`) or OpenAI's
-/// (`{id, function: {name, arguments}}`).
+/// A call's name and arguments, in the flat shape (`{id, name, arguments}`), LangChain's
+/// (`{id, name, args: {...}}`) or OpenAI's (`{id, type, function: {name, arguments}}`).
+/// Arguments are a JSON text in some shapes and an object in others; both render as JSON.
 pub fn call_parts(call: &Value) -> (&str, String) {
     let function = call.get("function").unwrap_or(call);
     let name = function
         .get("name")
         .and_then(Value::as_str)
         .unwrap_or("(unnamed)");
-    let arguments = match function.get("arguments") {
+    let arguments = function.get("arguments").or_else(|| function.get("args"));
+    let arguments = match arguments {
         Some(Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
         None => String::new(),
@@ -94,5 +96,32 @@ mod tests {
         );
         assert!(text.contains("[assistant calls tool get_metrics, call c2] {\"q\":\"p99\"}"));
         assert!(text.contains("[tool result for call c1]\nERROR pool exhausted"));
+    }
+
+    #[test]
+    fn every_call_shape_is_rendered_with_its_arguments() {
+        let mut call = msg(Role::Assistant, "");
+        call.tool_calls = Some(json!([
+            {"id": "lc", "name": "get_logs", "args": {"service": "checkout"}, "type": "tool_call"},
+            {"id": "oa", "type": "function",
+             "function": {"name": "get_metrics", "arguments": "{\"q\":\"p99\"}"}},
+            {"id": "flat", "name": "restart", "arguments": "{}"}
+        ]));
+        let mut legacy = msg(Role::Assistant, "");
+        let double_encoded = json!([{"id": "old", "name": "get_logs", "args": {"n": 1}}]);
+        legacy.tool_calls = Some(Value::String(double_encoded.to_string()));
+
+        let text = transcript(&[call, legacy]);
+
+        assert!(
+            text.contains("[assistant calls tool get_logs, call lc] {\"service\":\"checkout\"}"),
+            "{text}"
+        );
+        assert!(text.contains("[assistant calls tool get_metrics, call oa] {\"q\":\"p99\"}"));
+        assert!(text.contains("[assistant calls tool restart, call flat] {}"));
+        assert!(
+            text.contains("[assistant calls tool get_logs, call old] {\"n\":1}"),
+            "{text}"
+        );
     }
 }

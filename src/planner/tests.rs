@@ -1,5 +1,5 @@
 use proptest::prelude::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
 
@@ -186,6 +186,84 @@ fn dangling_tool_results_do_not_block_a_cut() {
     assert_eq!(p.unwrap().cut, 2);
 }
 
+#[test]
+fn a_call_still_waiting_for_its_result_is_never_removed() {
+    // Cutting at the last human turn (index 4) would archive P1, whose result the agent
+    // has yet to write; the cut moves back to the human turn before the call.
+    let (m, p) = plan_of(
+        Session::default()
+            .user(40)
+            .assistant(40)
+            .user(10)
+            .call(10, "P1")
+            .user(50),
+    );
+    let split = p.unwrap();
+    assert_eq!(split.cut, 2);
+    assert!(split.removed(&m).all(|m| m.tool_calls.is_none()));
+}
+
+#[test]
+fn a_waiting_call_with_no_human_turn_before_it_is_no_safe_boundary() {
+    let (_, p) = plan_of(Session::default().user(60).call(10, "P1").user(50));
+    assert_eq!(p, Err(Reason::NoSafeBoundary));
+}
+
+#[test]
+fn a_result_answers_the_nearest_earlier_call_of_its_id() {
+    // Some model servers name every call `call_0`. Pairing the second result with the
+    // first call would span the whole session and block every cut.
+    let (_, p) = plan_of(
+        Session::default()
+            .user(30)
+            .call(10, "call_0")
+            .result(20, "call_0")
+            .assistant(10)
+            .user(10)
+            .call(10, "call_0")
+            .result(20, "call_0")
+            .assistant(10),
+    );
+    assert_eq!(p.unwrap().cut, 4);
+}
+
+#[test]
+fn an_unanswered_call_whose_id_is_reused_later_is_not_waiting() {
+    // A result after the second `call_0` answers the second one, so the first can never
+    // be answered and must not hold the cut.
+    let (_, p) = plan_of(
+        Session::default()
+            .user(30)
+            .call(20, "call_0")
+            .assistant(10)
+            .user(10)
+            .call(10, "call_0")
+            .result(20, "call_0")
+            .assistant(10),
+    );
+    assert_eq!(p.unwrap().cut, 3);
+}
+
+#[test]
+fn double_encoded_tool_calls_still_hold_their_results() {
+    // Rows written before the `tool_calls_is_array` constraint may hold the array as a
+    // JSON string; its ids must still pair (same history as the test above it).
+    let double_encoded = |m: &mut Message| {
+        let calls = json!([{"id": "c1", "name": "get_logs", "arguments": "{}"}]);
+        m.tool_calls = Some(Value::String(calls.to_string()));
+    };
+    let (_, p) = plan_of(
+        Session::default()
+            .user(30)
+            .user(5)
+            .push(Role::Assistant, 30, double_encoded)
+            .user(5)
+            .result(30, "c1")
+            .assistant(20),
+    );
+    assert_eq!(p.unwrap().cut, 1);
+}
+
 // ---- properties over random sessions ----
 
 #[derive(Clone, Debug)]
@@ -196,6 +274,12 @@ enum Step {
     Reply(i64),
     /// An assistant message making `n` calls, then their results in order.
     Calls(i64, Vec<i64>),
+    /// An assistant message calling ids from a small shared pool (`call_0`, `call_1`),
+    /// as model servers that reuse ids do; its results come from `Answer` steps, later,
+    /// out of order, twice or never.
+    ReusedCalls(i64, Vec<u8>),
+    /// A tool result for `call_<n>` of the shared pool.
+    Answer(i64, u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -206,6 +290,9 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (0..120i64).prop_map(Step::Reply),
         3 => (0..60i64, prop::collection::vec(0..200i64, 1..4))
             .prop_map(|(c, r)| Step::Calls(c, r)),
+        2 => (0..60i64, prop::collection::vec(0..2u8, 1..3))
+            .prop_map(|(c, ids)| Step::ReusedCalls(c, ids)),
+        2 => (0..200i64, 0..2u8).prop_map(|(c, id)| Step::Answer(c, id)),
     ]
 }
 
@@ -229,9 +316,54 @@ fn build(steps: &[Step]) -> Vec<Message> {
                     .zip(&ids)
                     .fold(s, |s, (r, id)| s.result(*r, id))
             }
+            Step::ReusedCalls(c, ids) => {
+                let calls: Vec<_> = ids
+                    .iter()
+                    .map(|id| json!({"id": format!("call_{id}"), "name": "t"}))
+                    .collect();
+                s.push(Role::Assistant, *c, |m| m.tool_calls = Some(json!(calls)))
+            }
+            Step::Answer(c, id) => s.result(*c, &format!("call_{id}")),
         };
     }
     s.0
+}
+
+/// The pairing rule, by brute force: a result answers the nearest earlier message
+/// calling its id. Returns `(call, result)` index pairs.
+fn reference_pairs(messages: &[Message]) -> Vec<(usize, usize)> {
+    let calls = |i: usize, id: &str| messages[i].tool_call_ids().iter().any(|c| c == id);
+    messages
+        .iter()
+        .enumerate()
+        .filter_map(|(r, m)| {
+            let id = m.tool_call_id.as_deref()?;
+            (0..r).rev().find(|&c| calls(c, id)).map(|c| (c, r))
+        })
+        .collect()
+}
+
+/// Calls still waiting for their result: the last call of an id with no result after it
+/// (an earlier call of a reused id can never be answered: a result pairs with the later).
+fn reference_waiting(messages: &[Message]) -> Vec<usize> {
+    (0..messages.len())
+        .filter(|&c| {
+            messages[c].tool_call_ids().iter().any(|id| {
+                messages[c + 1..].iter().all(|m| {
+                    m.tool_call_id.as_deref() != Some(id)
+                        && !m.tool_call_ids().iter().any(|other| other == id)
+                })
+            })
+        })
+        .collect()
+}
+
+/// Cutting before `i` keeps every call with its result and every waiting call.
+fn reference_safe(messages: &[Message], i: usize) -> bool {
+    reference_pairs(messages)
+        .iter()
+        .all(|&(c, r)| !(c < i && i <= r))
+        && reference_waiting(messages).iter().all(|&c| c >= i)
 }
 
 fn limits() -> impl Strategy<Value = Limits> {
@@ -242,7 +374,13 @@ fn limits() -> impl Strategy<Value = Limits> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    // Sessions under the threshold or with one human turn are rejected by the second
+    // property; the default reject budget is too small for the step mix.
+    #![proptest_config(ProptestConfig {
+        cases: 2000,
+        max_global_rejects: 20_000,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn every_plan_keeps_the_rules(steps in prop::collection::vec(step(), 0..40), limits in limits()) {
@@ -262,13 +400,13 @@ proptest! {
                 // The kept part starts at a human turn and holds at least KEEP chars.
                 prop_assert!(kept[0].is_human_turn());
                 prop_assert!(kept.iter().map(|m| m.chars).sum::<i64>() >= limits.keep_chars);
-                // No kept tool result answers a removed call.
-                let removed_calls: Vec<&str> =
-                    split.removed(&messages).flat_map(Message::tool_call_ids).collect();
-                for m in kept {
-                    if let Some(id) = &m.tool_call_id {
-                        prop_assert!(!removed_calls.contains(&id.as_str()));
-                    }
+                // No call is separated from a result that answers it, and no call still
+                // waiting for its result is removed.
+                for (c, r) in reference_pairs(&messages) {
+                    prop_assert!(!(c < split.cut && split.cut <= r), "pair {c}-{r} split at {}", split.cut);
+                }
+                for c in reference_waiting(&messages) {
+                    prop_assert!(!split.removed.contains(&c), "waiting call {c} removed");
                 }
                 // Removed + system messages before the cut + kept = the input, in order.
                 let before: Vec<usize> = (0..split.cut).collect();
@@ -288,18 +426,17 @@ proptest! {
     fn a_plan_is_found_whenever_a_safe_boundary_exists(
         steps in prop::collection::vec(step(), 0..40), limits in limits()
     ) {
-        // Brute force: any human turn i > 0 with KEEP chars from i on, no call spanning i,
-        // and a non-summary, non-system message before it, is a valid cut.
+        // Brute force: any human turn i > 0 with KEEP chars from i on, safe by the
+        // reference pairing, and a non-summary, non-system message before it, is a
+        // valid cut.
         let messages = build(&steps);
         let total: i64 = messages.iter().map(|m| m.chars).sum();
         let turns = messages.iter().filter(|m| m.is_human_turn()).count();
         prop_assume!(total > limits.threshold_chars && turns >= 2);
         let valid = (1..messages.len()).filter(|&i| {
-            let kept = &messages[i..];
-            let calls: Vec<&str> = messages[..i].iter().flat_map(Message::tool_call_ids).collect();
             messages[i].is_human_turn()
-                && kept.iter().map(|m| m.chars).sum::<i64>() >= limits.keep_chars
-                && kept.iter().all(|m| m.tool_call_id.as_deref().is_none_or(|id| !calls.contains(&id)))
+                && messages[i..].iter().map(|m| m.chars).sum::<i64>() >= limits.keep_chars
+                && reference_safe(&messages, i)
         });
         let best = valid.max();
         match (plan(&messages, limits), best) {

@@ -2,7 +2,11 @@
 
 use std::time::Duration;
 
-use crate::helpers::{SUMMARY, spawn_app};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use summarizer::store::PgStore;
+
+use crate::helpers::{SUMMARY, fresh_database, spawn_app};
 
 #[tokio::test]
 async fn the_checker_passes_after_compactions_and_names_each_breach() {
@@ -52,4 +56,144 @@ async fn the_checker_passes_after_compactions_and_names_each_breach() {
         "{report}"
     );
     assert!(report.to_string().contains("BROKEN  several_summaries (1)"));
+}
+
+#[tokio::test]
+async fn tool_calls_that_are_not_an_array_are_rejected_naming_the_expected_shape() {
+    let app = spawn_app().await;
+    let calls = json!([{"id": "c1", "name": "get_logs", "arguments": "{}"}]);
+    let insert = |tool_calls: Option<Value>| {
+        sqlx::query(
+            "INSERT INTO messages (session_id, role, content, tool_calls)
+             VALUES ('s', 'assistant', '', $1)",
+        )
+        .bind(tool_calls)
+        .execute(&app.db)
+    };
+
+    // Double-encoded (the array as a JSON string), an object, a number.
+    for bad in [
+        Value::String(calls.to_string()),
+        calls[0].clone(),
+        json!(42),
+    ] {
+        let error = insert(Some(bad.clone())).await.unwrap_err();
+        let error = error.as_database_error().unwrap();
+        assert_eq!(error.constraint(), Some("tool_calls_is_array"), "{bad}");
+        assert!(error.message().contains("tool_calls_is_array"), "{error}");
+    }
+    // Each call shape agents write, and no calls at all.
+    let langchain = json!([{"id": "c2", "name": "get_logs", "args": {}, "type": "tool_call"}]);
+    let openai = json!([{"id": "c3", "type": "function",
+                         "function": {"name": "get_logs", "arguments": "{}"}}]);
+    for good in [
+        Some(calls),
+        Some(langchain),
+        Some(openai),
+        Some(Value::Null),
+        None,
+    ] {
+        insert(good).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_checker_flags_tool_calls_the_planner_cannot_pair() {
+    let app = spawn_app().await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append_turns("a", 5).await;
+    assert!(app.turn_starting("a").await.compaction_id.is_some());
+    assert!(app.check().await.is_clean());
+
+    // A database from before the shape constraint, holding what agents wrote then.
+    let damage = [
+        "ALTER TABLE messages DROP CONSTRAINT tool_calls_is_array",
+        // A double-encoded call: its result still pairs, but the value is flagged.
+        r#"INSERT INTO messages (session_id, role, content, tool_calls) VALUES
+               ('legacy', 'assistant', '', '"[{\"id\": \"d1\", \"name\": \"get_logs\"}]"')"#,
+        "INSERT INTO messages (session_id, role, content, tool_call_id) VALUES
+               ('legacy', 'tool', 'ok', 'd1')",
+        // A call hidden in an object: its result cannot be paired.
+        r#"INSERT INTO messages (session_id, role, content, tool_calls) VALUES
+               ('hidden', 'assistant', '', '{"id": "o1", "name": "get_logs"}')"#,
+        "INSERT INTO messages (session_id, role, content, tool_call_id) VALUES
+               ('hidden', 'tool', 'ok', 'o1')",
+        // The archive of 'a' holds its calls double-encoded, and a late result answers
+        // one of them: separated from its call, whatever the shape the call was kept in.
+        "UPDATE archived_messages SET tool_calls = to_jsonb(tool_calls::text)
+         WHERE session_id = 'a' AND tool_calls IS NOT NULL",
+        "INSERT INTO messages (session_id, role, content, tool_call_id) VALUES
+               ('a', 'tool', 'late', 'call-1')",
+        // A later call of the same id does not answer an earlier result.
+        r#"INSERT INTO messages (session_id, role, content, tool_calls) VALUES
+               ('a', 'assistant', '', '[{"id": "call-1", "name": "get_logs"}]')"#,
+    ];
+    for sql in damage {
+        sqlx::raw_sql(sql).execute(&app.db).await.unwrap();
+    }
+
+    let report = app.check().await;
+    let broken: Vec<(&str, usize)> = report
+        .breaches
+        .iter()
+        .map(|b| (b.invariant, b.count))
+        .collect();
+    assert_eq!(
+        broken,
+        [
+            ("separated_tool_result", 1),
+            ("unpaired_tool_result", 1),
+            ("tool_calls_not_an_array", 2),
+        ],
+        "{report}"
+    );
+    let text = report.to_string();
+    assert!(text.contains("a: tool_call_id call-1"), "{text}");
+    assert!(text.contains("hidden: tool_call_id o1"), "{text}");
+    assert!(text.contains("legacy: seq "), "{text}");
+}
+
+#[tokio::test]
+async fn the_shape_constraint_is_added_over_rows_written_before_it() {
+    let db = PgPool::connect(&fresh_database().await).await.unwrap();
+    // The schema before the constraint, and a double-encoded row written then.
+    sqlx::migrate!().run_to(20261202000005, &db).await.unwrap();
+    let double_encoded = Value::String(json!([{"id": "d1", "name": "get_logs"}]).to_string());
+    let insert = |tool_calls: Value| {
+        sqlx::query(
+            "INSERT INTO messages (session_id, role, tool_calls) VALUES ('s', 'assistant', $1)",
+        )
+        .bind(tool_calls)
+        .execute(&db)
+    };
+    insert(double_encoded.clone()).await.unwrap();
+
+    PgStore::from_pool(db.clone()).migrate().await.unwrap();
+
+    // The old row stays as written; new ones of that shape are refused.
+    let validated: bool = sqlx::query_scalar(
+        "SELECT convalidated FROM pg_constraint WHERE conname = 'tool_calls_is_array'",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert!(!validated, "not validated over the old row");
+    let stored: Value = sqlx::query_scalar("SELECT tool_calls FROM messages")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(stored, double_encoded);
+    assert!(insert(double_encoded).await.is_err());
+}
+
+#[tokio::test]
+async fn the_shape_constraint_is_validated_on_a_new_database() {
+    let app = spawn_app().await;
+    let validated: bool = sqlx::query_scalar(
+        "SELECT convalidated FROM pg_constraint WHERE conname = 'tool_calls_is_array'",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert!(validated);
 }

@@ -196,3 +196,90 @@ async fn a_prefix_changed_during_summarization_writes_nothing() {
     assert!(app.usage_events("s").await.is_empty());
     assert_eq!(app.lease_owner("s").await, None, "the lease is released");
 }
+
+#[tokio::test]
+async fn a_call_still_waiting_for_its_result_is_not_archived() {
+    let app = spawn_app().await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    let calls = serde_json::json!([{"id": "P1", "name": "get_logs", "arguments": "{}"}]);
+    app.append(
+        "s",
+        "user",
+        &format!("First ask: {}", filler(1200)),
+        None,
+        None,
+    )
+    .await;
+    app.append("s", "assistant", &filler(1200), None, None)
+        .await;
+    app.append("s", "user", "Second ask: check the logs", None, None)
+        .await;
+    app.append("s", "assistant", "", Some(calls.clone()), None)
+        .await;
+    // The human speaks before the tool answers: cutting at this turn would archive P1.
+    app.append("s", "user", &format!("Also: {}", filler(1500)), None, None)
+        .await;
+
+    let reply = app.turn_starting("s").await;
+    app.append(
+        "s",
+        "tool",
+        "14:05:01 ERROR pool exhausted",
+        None,
+        Some("P1"),
+    )
+    .await;
+
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    let after = app.messages("s").await;
+    assert!(
+        after.iter().any(|m| m.tool_calls.as_ref() == Some(&calls)),
+        "the waiting call stays in the history"
+    );
+    assert!(
+        app.archived("s")
+            .await
+            .iter()
+            .all(|m| m.tool_calls.is_none())
+    );
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+}
+
+#[tokio::test]
+async fn a_session_whose_model_server_reuses_call_ids_is_compacted() {
+    let app = spawn_app().await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    // `call_0` every turn, as some model servers name their calls.
+    for n in 1..=5 {
+        let calls = serde_json::json!([{"id": "call_0", "name": "get_logs", "args": {"turn": n}}]);
+        app.append(
+            "s",
+            "user",
+            &format!("Turn {n}: {}", filler(60)),
+            None,
+            None,
+        )
+        .await;
+        app.append("s", "assistant", "", Some(calls), None).await;
+        app.append("s", "tool", &filler(350), None, Some("call_0"))
+            .await;
+        app.append("s", "assistant", &filler(250), None, None).await;
+    }
+
+    let reply = app.turn_starting("s").await;
+
+    assert_eq!(
+        (reply.status, reply.reason),
+        (Status::Compacted, Reason::Compacted),
+        "{reply:?}"
+    );
+    let after = app.messages("s").await;
+    assert_eq!(
+        after[1].role, "user",
+        "the kept part starts at a human turn"
+    );
+    assert!(after[1..].iter().map(|m| m.chars).sum::<i64>() >= KEEP);
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+}

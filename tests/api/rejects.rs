@@ -119,14 +119,19 @@ async fn odd_stored_content_is_compacted_without_loss() {
             Some("no-such-call"),
         )
         .await;
-        app.append(
-            id,
-            "assistant",
-            "",
-            Some(serde_json::json!({"not": "an array"})),
-            None,
+        // Not an array: refused since tool_calls_is_array, so written as a database
+        // from before that constraint holds it.
+        sqlx::raw_sql(
+            "ALTER TABLE messages DROP CONSTRAINT tool_calls_is_array;
+             INSERT INTO messages (session_id, role, content, tool_calls)
+                 VALUES ('séance-🦀', 'assistant', '', '{\"not\": \"an array\"}');
+             ALTER TABLE messages ADD CONSTRAINT tool_calls_is_array
+                 CHECK (tool_calls IS NULL OR jsonb_typeof(tool_calls) IN ('array', 'null'))
+                 NOT VALID",
         )
-        .await;
+        .execute(&app.db)
+        .await
+        .unwrap();
         app.append(
             id,
             "assistant",
