@@ -109,7 +109,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    telemetry::init(settings.log_format);
+    telemetry::init(settings.log_format, settings.secret_values());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
