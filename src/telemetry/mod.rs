@@ -3,7 +3,12 @@
 //!
 //! Every line passes through one writer on its way to stderr, whoever formatted it (our
 //! code, sqlx, async-nats): it replaces the settings' secret values, should a library
-//! print one.
+//! print one, and in text logs escapes what could forge or disguise a line (line
+//! breaks, control and bidi characters in client text such as session ids). JSON lines
+//! need no escaping: their strings are quoted.
+
+mod escape;
+mod limit;
 
 use std::io::{self, IsTerminal, Write};
 use std::sync::Arc;
@@ -11,6 +16,12 @@ use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogFormat, REDACTED};
+
+pub use escape::{Escaped, needs_escape};
+pub use limit::{
+    REJECTED_WARNING_INTERVAL, REJECTED_WARNINGS_PER_INTERVAL, Verdict, WarningLimit,
+    warn_rejected_request,
+};
 
 /// Installs the global subscriber; logs go to stderr so that command output on stdout
 /// stays parseable. `secrets` (see `Settings::secret_values`) never reach a log line.
@@ -20,6 +31,8 @@ pub fn init(format: LogFormat, secrets: Vec<String>) {
     let ansi = std::io::stderr().is_terminal();
     let writer = SafeStderr {
         secrets: secrets_longest_first(secrets),
+        escape: format == LogFormat::Text,
+        ansi,
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -48,6 +61,10 @@ fn secrets_longest_first(mut secrets: Vec<String>) -> Arc<[String]> {
 #[derive(Clone)]
 struct SafeStderr {
     secrets: Arc<[String]>,
+    escape: bool,
+    /// The formatter colours its own output with ESC sequences (and escapes ESC in
+    /// fields and messages itself), so ESC is left alone then.
+    ansi: bool,
 }
 
 impl SafeStderr {
@@ -58,7 +75,21 @@ impl SafeStderr {
                 line = line.replace(secret.as_str(), REDACTED);
             }
         }
-        line
+        if !self.escape {
+            return line;
+        }
+        // The event's own line break stays; any other is escaped.
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line.as_str(), ""),
+        };
+        let escaped = Escaped::new(body);
+        let escaped = if self.ansi {
+            escaped.keeping_esc()
+        } else {
+            escaped
+        };
+        format!("{escaped}{end}")
     }
 }
 
@@ -80,17 +111,29 @@ impl Write for SafeStderr {
 mod tests {
     use super::*;
 
+    fn writer(secrets: &[&str], escape: bool) -> SafeStderr {
+        SafeStderr {
+            secrets: secrets_longest_first(secrets.iter().map(|s| (*s).to_owned()).collect()),
+            escape,
+            ansi: false,
+        }
+    }
+
     #[test]
-    fn no_secret_reaches_a_line_whoever_formatted_it() {
-        let writer = SafeStderr {
-            secrets: secrets_longest_first(
-                ["hunter2", "hunter22", "INFO"].map(String::from).to_vec(),
-            ),
-        };
-        let line = "INFO url=ServerAddr(password: Some(\"hunter22\")) pw=hunter2\n";
+    fn a_text_line_stays_one_line_and_shows_no_secret() {
+        let line = "INFO event{session_id=a\u{2028}b\nc\u{202e}d}: pw=hunter2 and hunter22\n";
         assert_eq!(
-            writer.clean(line),
-            "INFO url=ServerAddr(password: Some(\"[redacted]\")) pw=[redacted]\n"
+            writer(&["hunter2", "hunter22", "INFO"], true).clean(line),
+            "INFO event{session_id=a\\u{2028}b\\nc\\u{202e}d}: pw=[redacted] and [redacted]\n"
+        );
+    }
+
+    #[test]
+    fn json_lines_are_scrubbed_but_not_escaped() {
+        let line = "{\"session_id\":\"a\u{2028}b\",\"url\":\"x:hunter2@h\"}\n";
+        assert_eq!(
+            writer(&["hunter2"], false).clean(line),
+            "{\"session_id\":\"a\u{2028}b\",\"url\":\"x:[redacted]@h\"}\n"
         );
     }
 }
