@@ -117,7 +117,7 @@ where
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    telemetry::init(settings.log_format);
+    telemetry::init(settings.log_format, settings.secret_values());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -120,7 +120,7 @@ async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Messag
         }
         Err(invalid) => {
             let rid = new_request_id();
-            tracing::warn!("[{rid}] summarizer: rejected request: {invalid}");
+            crate::telemetry::warn_rejected_request(&rid, &invalid);
             let outcome = Outcome::Rejected {
                 detail: invalid.to_string(),
             };

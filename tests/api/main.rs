@@ -17,4 +17,5 @@ mod operations;
 mod outages;
 mod process;
 mod rejects;
+mod secrets;
 mod skips;

@@ -4,11 +4,15 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use summarizer::client::{Decision, TurnClient};
+use summarizer::outcome::Status;
+use summarizer::telemetry::{REJECTED_WARNING_INTERVAL, REJECTED_WARNINGS_PER_INTERVAL};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
+use crate::fixtures::WorkerProcess;
 use crate::helpers::{
-    API_KEY, NATS_URL, eventually, fresh_database, test_env, unique_database_name, unique_subject,
+    API_KEY, NATS_URL, SUMMARY, eventually, fresh_database, setup, test_env, unique_database_name,
+    unique_subject,
 };
 
 /// The binary with a clean environment, run from an empty directory (no `.env`).
@@ -159,4 +163,83 @@ async fn the_demo_runs_end_to_end_and_exits_zero() {
     assert!(stdout.contains("**Investigating:**"));
     assert!(stdout.contains("total_summarizations"));
     assert!(stdout.contains("demo done"));
+}
+
+/// A worker process in text mode on a fresh test database, answering once it is ready.
+async fn text_logging_worker(app: &crate::helpers::TestApp) -> WorkerProcess {
+    let worker = WorkerProcess::spawn(&app.env(&[("HTTP_ADDR", ""), ("LOG_FORMAT", "text")]));
+    worker.wait_for_log("worker ready").await;
+    worker
+}
+
+#[tokio::test]
+async fn line_breaks_and_bidi_controls_from_clients_are_escaped_in_text_logs() {
+    let app = setup(&[]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    let forged = "s\u{2028}2026-01-01T00:00:00Z  INFO forged\u{2029}line\u{202e}desrever";
+    app.append_turns(forged, 5).await;
+    let mut worker = text_logging_worker(&app).await;
+
+    let request = serde_json::json!({"session_id": forged, "request_id": "r\u{200f}\u{2066}x"});
+    let reply = app.send_raw(request.to_string().as_bytes()).await;
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    // Control characters never pass validation; the rejection is one line all the same.
+    let reply = app
+        .send_raw(b"{\"session_id\": \"a\\nb\\r\\u001b[2Jc\"}")
+        .await;
+    assert_eq!(reply.status, Status::Rejected);
+    worker.signal("TERM").await;
+    assert!(worker.exit_status(Duration::from_secs(15)).await.success());
+
+    let logs = worker.logs();
+    for raw in [
+        '\u{2028}', '\u{2029}', '\u{202e}', '\u{200f}', '\u{2066}', '\u{1b}', '\r',
+    ] {
+        assert!(!logs.contains(raw), "{raw:?} reached the log raw:\n{logs}");
+    }
+    let done: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("summarizer done"))
+        .collect();
+    assert_eq!(done.len(), 1, "{logs}");
+    assert!(
+        done[0].contains(r"s\u{2028}2026-01-01T00:00:00Z  INFO forged\u{2029}line\u{202e}desrever"),
+        "{logs}"
+    );
+    assert!(done[0].contains(r"r\u{200f}\u{2066}x"), "{logs}");
+    assert!(!logs.lines().any(|l| l.starts_with("2026-01-01")), "{logs}");
+}
+
+#[tokio::test]
+async fn a_flood_of_malformed_requests_gets_every_reply_and_a_bounded_number_of_warnings() {
+    const FLOOD: usize = 2_000;
+    let app = setup(&[]).await;
+    let mut worker = text_logging_worker(&app).await;
+
+    let started = std::time::Instant::now();
+    let app = &app;
+    for batch in 0..FLOOD / 100 {
+        let replies = futures_util::future::join_all((0..100).map(|n| {
+            let payload = format!("garbage {batch}/{n}");
+            async move { app.send_raw(payload.as_bytes()).await }
+        }))
+        .await;
+        assert!(replies.iter().all(|r| r.status == Status::Rejected));
+    }
+    let elapsed = started.elapsed();
+    worker.signal("TERM").await;
+    assert!(worker.exit_status(Duration::from_secs(15)).await.success());
+
+    let logs = worker.logs();
+    let warnings = logs
+        .lines()
+        .filter(|l| l.contains("rejected request") || l.contains("rejected-request warnings"))
+        .count();
+    // Each started interval allows its burst plus one summary of the one before.
+    let intervals = elapsed.as_secs_f64() / REJECTED_WARNING_INTERVAL.as_secs_f64();
+    let bound = (intervals.floor() as usize + 1) * (REJECTED_WARNINGS_PER_INTERVAL + 1);
+    assert!(
+        (1..=bound).contains(&warnings),
+        "{warnings} warning lines for {FLOOD} rejects in {elapsed:?}, at most {bound}"
+    );
 }

@@ -1,0 +1,68 @@
+//! Every rule that ties two or more settings together, in one place. Single values are
+//! checked where their section reads them ([`super::sections`]).
+
+use super::table::*;
+use super::{ConfigError, Provider, Settings, redact_url};
+
+impl Settings {
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the setting to change.
+    pub(super) fn check_rules(&self) -> Result<(), ConfigError> {
+        let fail =
+            |setting: &Setting, message: String| Err(ConfigError::invalid(setting.name, message));
+        if self.limits.keep_chars >= self.limits.threshold_chars {
+            return fail(
+                &SUMMARIZATION_KEEP_CHARS,
+                format!(
+                    "must be smaller than SUMMARIZATION_THRESHOLD_CHARS ({}), got {}",
+                    self.limits.threshold_chars, self.limits.keep_chars
+                ),
+            );
+        }
+        let llm = &self.llm;
+        if llm.provider == Provider::OpenAi {
+            if llm.api_key.is_empty() {
+                return fail(&LLM_API_KEY, "is required when LLM_PROVIDER=openai".into());
+            }
+            let http = url::Url::parse(&llm.base_url)
+                .is_ok_and(|url| matches!(url.scheme(), "http" | "https"));
+            if !http {
+                // Printed before anything else is: redacted like every other URL.
+                let got = redact_url(&llm.base_url);
+                return fail(&LLM_BASE_URL, format!("must be an http(s) URL, got {got}"));
+            }
+            if llm.model.is_empty() {
+                return fail(
+                    &LLM_MODEL,
+                    "must not be empty when LLM_PROVIDER=openai".into(),
+                );
+            }
+        }
+        if llm.retry_max_delay < llm.retry_min_delay {
+            return fail(
+                &LLM_RETRY_MAX_DELAY_MS,
+                "must not be smaller than LLM_RETRY_MIN_DELAY_MS".into(),
+            );
+        }
+        let auth = &self.nats_auth;
+        if auth.user.is_some() == auth.password.is_empty() {
+            return fail(
+                &NATS_PASSWORD,
+                "NATS_USER and NATS_PASSWORD go together".into(),
+            );
+        }
+        if auth.tls_cert_file.is_some() != auth.tls_key_file.is_some() {
+            return fail(
+                &NATS_TLS_KEY_FILE,
+                "NATS_TLS_CERT_FILE and NATS_TLS_KEY_FILE go together".into(),
+            );
+        }
+        if self.failure_backoff_max < self.failure_backoff {
+            return fail(
+                &FAILURE_BACKOFF_MAX_MS,
+                "must not be smaller than FAILURE_BACKOFF_MS".into(),
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,215 @@
+//! The typed sections of [`super::Settings`], each read from the table's settings and
+//! checked value by value where it is defined. Rules that tie two settings together live
+//! in [`super::rules`].
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::source::Raw;
+use super::table::*;
+use super::{ConfigError, LogFormat, Secret, redact_url};
+
+/// When and how much to compact (DESIGN.md section 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// A session strictly larger than this many chars is compacted.
+    pub threshold_chars: i64,
+    /// The kept (newest) part holds at least this many chars.
+    pub keep_chars: i64,
+}
+
+impl Limits {
+    pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        Ok(Self {
+            threshold_chars: raw.positive(&SUMMARIZATION_THRESHOLD_CHARS)?,
+            keep_chars: raw.positive(&SUMMARIZATION_KEEP_CHARS)?,
+        })
+    }
+}
+
+/// Postgres.
+#[derive(Clone, Debug)]
+pub(super) struct Database {
+    pub url: Secret,
+    pub max_connections: u32,
+    /// How long a query waits for a pooled connection before failing with `store_error`.
+    pub acquire_timeout: Duration,
+}
+
+impl Database {
+    pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        Ok(Self {
+            url: Secret::new(raw.non_empty(&DATABASE_URL)?),
+            max_connections: raw.positive(&DATABASE_MAX_CONNECTIONS)?,
+            acquire_timeout: raw.millis(&DATABASE_ACQUIRE_TIMEOUT_MS)?,
+        })
+    }
+}
+
+/// How the worker authenticates to NATS and secures the connection. A user and password
+/// may also sit in `NATS_URL` (`nats://user:password@host:4222`).
+#[derive(Clone, Debug, Default)]
+pub struct NatsAuth {
+    pub user: Option<String>,
+    pub password: Secret,
+    pub token: Secret,
+    /// A `.creds` file (JWT and nkey seed).
+    pub creds_file: Option<PathBuf>,
+    /// Extra root certificates (PEM) to trust for the server's certificate.
+    pub tls_ca_file: Option<PathBuf>,
+    /// A client certificate and key (PEM), for servers that verify clients.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    pub tls_required: bool,
+}
+
+/// NATS: where, as whom, and which subject and queue group.
+#[derive(Clone, Debug)]
+pub(super) struct Nats {
+    pub url: Secret,
+    pub auth: NatsAuth,
+    pub subject: String,
+    pub queue_group: String,
+}
+
+impl Nats {
+    pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        let file = |setting: &Setting| -> Result<Option<PathBuf>, ConfigError> {
+            let Some(path) = raw.optional(setting)?.map(PathBuf::from) else {
+                return Ok(None);
+            };
+            if path.is_file() {
+                Ok(Some(path))
+            } else {
+                let message = format!("{} is not a readable file", path.display());
+                Err(ConfigError::invalid(setting.name, message))
+            }
+        };
+        Ok(Self {
+            url: Secret::new(raw.non_empty(&NATS_URL)?),
+            auth: NatsAuth {
+                user: raw.optional(&NATS_USER)?,
+                password: Secret::new(raw.text(&NATS_PASSWORD)?),
+                token: Secret::new(raw.text(&NATS_TOKEN)?),
+                creds_file: file(&NATS_CREDS_FILE)?,
+                tls_ca_file: file(&NATS_TLS_CA_FILE)?,
+                tls_cert_file: file(&NATS_TLS_CERT_FILE)?,
+                tls_key_file: file(&NATS_TLS_KEY_FILE)?,
+                tls_required: raw.parse(&NATS_TLS_REQUIRED)?,
+            },
+            subject: raw.non_empty(&NATS_SUBJECT)?,
+            queue_group: raw.non_empty(&NATS_QUEUE_GROUP)?,
+        })
+    }
+}
+
+/// Which summarizer writes the summaries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provider {
+    /// Built in, offline, deterministic: no key, no network.
+    Extractive,
+    /// Any OpenAI-compatible `/chat/completions` endpoint.
+    OpenAi,
+}
+
+impl FromStr for Provider {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "extractive" => Ok(Self::Extractive),
+            "openai" => Ok(Self::OpenAi),
+            other => Err(format!(
+                "unknown provider {other:?}; expected \"extractive\" or \"openai\""
+            )),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct LlmSettings {
+    pub provider: Provider,
+    pub base_url: String,
+    pub model: String,
+    pub api_key: Secret,
+    /// One HTTP attempt, headers and body.
+    pub timeout: Duration,
+    /// Retries after the first attempt.
+    pub max_retries: usize,
+    pub retry_min_delay: Duration,
+    pub retry_max_delay: Duration,
+    /// The longest `Retry-After` we wait for; a longer one is cut to this.
+    pub retry_after_cap: Duration,
+    /// The whole summarization, every attempt and wait included.
+    pub deadline: Duration,
+}
+
+/// By hand, so the base URL's credentials stay out of `Debug` as well.
+impl fmt::Debug for LlmSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LlmSettings")
+            .field("provider", &self.provider)
+            .field("base_url", &redact_url(&self.base_url))
+            .field("model", &self.model)
+            .field("api_key", &self.api_key)
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("retry_min_delay", &self.retry_min_delay)
+            .field("retry_max_delay", &self.retry_max_delay)
+            .field("retry_after_cap", &self.retry_after_cap)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+impl LlmSettings {
+    pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        let llm = Self {
+            provider: raw.parse(&LLM_PROVIDER)?,
+            base_url: raw.text(&LLM_BASE_URL)?.trim_end_matches('/').to_owned(),
+            model: raw.text(&LLM_MODEL)?,
+            api_key: Secret::new(raw.text(&LLM_API_KEY)?),
+            timeout: raw.millis(&LLM_TIMEOUT_MS)?,
+            max_retries: raw.parse(&LLM_MAX_RETRIES)?,
+            retry_min_delay: raw.millis(&LLM_RETRY_MIN_DELAY_MS)?,
+            retry_max_delay: raw.millis(&LLM_RETRY_MAX_DELAY_MS)?,
+            retry_after_cap: raw.millis(&LLM_RETRY_AFTER_CAP_MS)?,
+            deadline: raw.millis(&LLM_DEADLINE_MS)?,
+        };
+        Ok(llm)
+    }
+}
+
+/// The worker process: concurrency, leases, backoff, shutdown, HTTP and logs.
+#[derive(Clone, Debug)]
+pub(super) struct Fleet {
+    pub concurrency: usize,
+    /// `None` when `HTTP_ADDR` is empty: no HTTP listener.
+    pub http_addr: Option<SocketAddr>,
+    pub lease_duration: Duration,
+    pub failure_backoff: Duration,
+    pub failure_backoff_max: Duration,
+    pub shutdown_grace: Duration,
+    pub log_format: LogFormat,
+}
+
+impl Fleet {
+    pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        let http_addr = match raw.optional(&HTTP_ADDR)? {
+            None => None,
+            Some(_) => Some(raw.parse(&HTTP_ADDR)?),
+        };
+        Ok(Self {
+            concurrency: raw.positive(&WORKER_CONCURRENCY)?,
+            http_addr,
+            lease_duration: raw.millis(&LEASE_DURATION_MS)?,
+            failure_backoff: raw.millis_or_zero(&FAILURE_BACKOFF_MS)?,
+            failure_backoff_max: raw.millis_or_zero(&FAILURE_BACKOFF_MAX_MS)?,
+            shutdown_grace: raw.millis(&SHUTDOWN_GRACE_MS)?,
+            log_format: raw.parse(&LOG_FORMAT)?,
+        })
+    }
+}

@@ -1,0 +1,98 @@
+//! The merged sources (defaults from the table, then an optional file, then the
+//! environment), read one setting at a time so that every error names its setting.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use config::{Config, Environment, File};
+
+use super::ConfigError;
+use super::table::{SETTINGS, Setting};
+
+pub struct Raw(Config);
+
+impl Raw {
+    /// Defaults under `file` under `env` (the process environment when `None`).
+    pub fn merge(
+        file: Option<&Path>,
+        env: Option<HashMap<String, String>>,
+    ) -> Result<Self, ConfigError> {
+        let mut builder = Config::builder();
+        for setting in SETTINGS {
+            builder = builder.set_default(setting.name.to_ascii_lowercase(), setting.default)?;
+        }
+        if let Some(path) = file {
+            // File keys are case-sensitive in `config`; the environment's are lowercased.
+            // Lowercase the file's too, as defaults over the defaults, so the environment
+            // still wins.
+            let table: HashMap<String, config::Value> = Config::builder()
+                .add_source(File::from(path).required(true))
+                .build()?
+                .try_deserialize()?;
+            for (key, value) in table {
+                builder = builder.set_default(key.to_ascii_lowercase(), value)?;
+            }
+        }
+        let merged = builder
+            .add_source(Environment::default().source(env))
+            .build()?;
+        Ok(Self(merged))
+    }
+
+    /// The value, trimmed.
+    pub fn text(&self, setting: &Setting) -> Result<String, ConfigError> {
+        self.0
+            .get_string(&setting.name.to_ascii_lowercase())
+            .map(|value| value.trim().to_owned())
+            .map_err(|e| ConfigError::invalid(setting.name, e.to_string()))
+    }
+
+    /// `None` when empty (unset).
+    pub fn optional(&self, setting: &Setting) -> Result<Option<String>, ConfigError> {
+        Ok(Some(self.text(setting)?).filter(|value| !value.is_empty()))
+    }
+
+    pub fn non_empty(&self, setting: &Setting) -> Result<String, ConfigError> {
+        self.optional(setting)?
+            .ok_or_else(|| ConfigError::invalid(setting.name, "must not be empty"))
+    }
+
+    pub fn parse<T: FromStr>(&self, setting: &Setting) -> Result<T, ConfigError>
+    where
+        T::Err: fmt::Display,
+    {
+        let text = self.text(setting)?;
+        text.parse()
+            .map_err(|e| ConfigError::invalid(setting.name, format!("cannot parse {text:?}: {e}")))
+    }
+
+    /// A number greater than zero.
+    pub fn positive<T>(&self, setting: &Setting) -> Result<T, ConfigError>
+    where
+        T: FromStr + PartialOrd + Default + fmt::Display,
+        T::Err: fmt::Display,
+    {
+        let value: T = self.parse(setting)?;
+        if value > T::default() {
+            Ok(value)
+        } else {
+            Err(ConfigError::invalid(
+                setting.name,
+                format!("must be greater than zero, got {value}"),
+            ))
+        }
+    }
+
+    /// A positive number of milliseconds.
+    pub fn millis(&self, setting: &Setting) -> Result<Duration, ConfigError> {
+        self.positive(setting).map(Duration::from_millis)
+    }
+
+    /// A number of milliseconds where zero means "off".
+    pub fn millis_or_zero(&self, setting: &Setting) -> Result<Duration, ConfigError> {
+        self.parse(setting).map(Duration::from_millis)
+    }
+}

@@ -1,0 +1,341 @@
+//! The one table of settings: each setting's name, default, one-line description and
+//! whether its value is a secret. The defaults fed to the config builder, the names the
+//! sections read, the effective-configuration log line and the `.env.example` check all
+//! come from here, so a setting is added in one place.
+//!
+//! Names and defaults are public contract (the seed's names; operators' files): never
+//! change one.
+
+use super::{LogFormat, Provider, Settings};
+
+/// How a setting's value may be shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Shown as it is.
+    Plain,
+    /// Never shown: `[redacted]` (or empty when unset).
+    Secret,
+    /// A URL that may carry credentials: shown through [`super::redact_url`].
+    Url,
+}
+
+/// One setting.
+#[derive(Clone, Copy)]
+pub struct Setting {
+    /// The environment variable (and config file key, in any case).
+    pub name: &'static str,
+    pub default: &'static str,
+    /// What `.env.example` says about it.
+    pub doc: &'static str,
+    pub kind: Kind,
+    /// The value in effect, before redaction, for the effective-configuration line.
+    pub show: fn(&Settings) -> String,
+}
+
+impl std::fmt::Debug for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+const fn setting(
+    name: &'static str,
+    default: &'static str,
+    doc: &'static str,
+    kind: Kind,
+    show: fn(&Settings) -> String,
+) -> Setting {
+    Setting {
+        name,
+        default,
+        doc,
+        kind,
+        show,
+    }
+}
+
+fn ms(duration: std::time::Duration) -> String {
+    duration.as_millis().to_string()
+}
+
+fn path(path: Option<&std::path::PathBuf>) -> String {
+    path.map(|p| p.display().to_string()).unwrap_or_default()
+}
+
+use Kind::{Plain, Secret, Url};
+
+pub const SUMMARIZATION_ENABLED: Setting = setting(
+    "SUMMARIZATION_ENABLED",
+    "true",
+    "false: reply skipped/disabled at once, no DB or LLM call",
+    Plain,
+    |s| s.enabled.to_string(),
+);
+pub const SUMMARIZATION_THRESHOLD_CHARS: Setting = setting(
+    "SUMMARIZATION_THRESHOLD_CHARS",
+    "60000",
+    "compact a session larger than this many chars",
+    Plain,
+    |s| s.limits.threshold_chars.to_string(),
+);
+pub const SUMMARIZATION_KEEP_CHARS: Setting = setting(
+    "SUMMARIZATION_KEEP_CHARS",
+    "20000",
+    "keep at least this many recent chars; must be < threshold",
+    Plain,
+    |s| s.limits.keep_chars.to_string(),
+);
+pub const DATABASE_URL: Setting = setting(
+    "DATABASE_URL",
+    "postgres://postgres@127.0.0.1:5432/summarizer",
+    "credentials here (user:password@, ?password=) are redacted in all output",
+    Url,
+    |s| s.database_url.expose().to_owned(),
+);
+pub const DATABASE_MAX_CONNECTIONS: Setting = setting(
+    "DATABASE_MAX_CONNECTIONS",
+    "10",
+    "pool size per worker; no connection is held during LLM calls",
+    Plain,
+    |s| s.database_max_connections.to_string(),
+);
+pub const DATABASE_ACQUIRE_TIMEOUT_MS: Setting = setting(
+    "DATABASE_ACQUIRE_TIMEOUT_MS",
+    "5000",
+    "a query waiting longer for a connection fails with store_error",
+    Plain,
+    |s| ms(s.database_acquire_timeout),
+);
+pub const NATS_URL: Setting = setting(
+    "NATS_URL",
+    "nats://127.0.0.1:4222",
+    "nats://user:password@host:4222 works; credentials are redacted in all output",
+    Url,
+    |s| s.nats_url.expose().to_owned(),
+);
+pub const NATS_USER: Setting = setting(
+    "NATS_USER",
+    "",
+    "user/password authentication (both or neither)",
+    Plain,
+    |s| s.nats_auth.user.clone().unwrap_or_default(),
+);
+pub const NATS_PASSWORD: Setting = setting("NATS_PASSWORD", "", "never logged", Secret, |s| {
+    s.nats_auth.password.expose().to_owned()
+});
+pub const NATS_TOKEN: Setting = setting(
+    "NATS_TOKEN",
+    "",
+    "token authentication; never logged",
+    Secret,
+    |s| s.nats_auth.token.expose().to_owned(),
+);
+pub const NATS_CREDS_FILE: Setting = setting(
+    "NATS_CREDS_FILE",
+    "",
+    "a .creds file (JWT + nkey seed)",
+    Plain,
+    |s| path(s.nats_auth.creds_file.as_ref()),
+);
+pub const NATS_TLS_CA_FILE: Setting = setting(
+    "NATS_TLS_CA_FILE",
+    "",
+    "extra root CA (PEM) to trust for the server",
+    Plain,
+    |s| path(s.nats_auth.tls_ca_file.as_ref()),
+);
+pub const NATS_TLS_CERT_FILE: Setting = setting(
+    "NATS_TLS_CERT_FILE",
+    "",
+    "client certificate (PEM), with NATS_TLS_KEY_FILE",
+    Plain,
+    |s| path(s.nats_auth.tls_cert_file.as_ref()),
+);
+pub const NATS_TLS_KEY_FILE: Setting =
+    setting("NATS_TLS_KEY_FILE", "", "client key (PEM)", Plain, |s| {
+        path(s.nats_auth.tls_key_file.as_ref())
+    });
+pub const NATS_TLS_REQUIRED: Setting = setting(
+    "NATS_TLS_REQUIRED",
+    "false",
+    "true: refuse a connection without TLS",
+    Plain,
+    |s| s.nats_auth.tls_required.to_string(),
+);
+pub const NATS_SUBJECT: Setting = setting(
+    "NATS_SUBJECT",
+    "summarizer.turn.starting",
+    "the subject agents send turn-starting requests to",
+    Plain,
+    |s| s.subject.clone(),
+);
+pub const NATS_QUEUE_GROUP: Setting = setting(
+    "NATS_QUEUE_GROUP",
+    "summarizer-workers",
+    "every event goes to one worker of this group",
+    Plain,
+    |s| s.queue_group.clone(),
+);
+pub const WORKER_CONCURRENCY: Setting = setting(
+    "WORKER_CONCURRENCY",
+    "32",
+    "events in flight per worker (LLM calls included)",
+    Plain,
+    |s| s.concurrency.to_string(),
+);
+pub const HTTP_ADDR: Setting = setting(
+    "HTTP_ADDR",
+    "127.0.0.1:8080",
+    "empty: no HTTP; 127.0.0.1:0: any free port (logged)",
+    Plain,
+    |s| s.http_addr.map(|a| a.to_string()).unwrap_or_default(),
+);
+pub const LLM_PROVIDER: Setting = setting(
+    "LLM_PROVIDER",
+    "extractive",
+    "extractive (offline, no key) or openai (any OpenAI-compatible API)",
+    Plain,
+    |s| match s.llm.provider {
+        Provider::Extractive => "extractive".to_owned(),
+        Provider::OpenAi => "openai".to_owned(),
+    },
+);
+pub const LLM_BASE_URL: Setting = setting(
+    "LLM_BASE_URL",
+    "https://api.openai.com/v1",
+    "openai: the base URL; /chat/completions is appended; credentials are redacted",
+    Url,
+    |s| s.llm.base_url.clone(),
+);
+pub const LLM_MODEL: Setting = setting(
+    "LLM_MODEL",
+    "gpt-4o-mini",
+    "openai: the model name",
+    Plain,
+    |s| s.llm.model.clone(),
+);
+pub const LLM_API_KEY: Setting = setting(
+    "LLM_API_KEY",
+    "",
+    "openai: required; never logged",
+    Secret,
+    |s| s.llm.api_key.expose().to_owned(),
+);
+pub const LLM_TIMEOUT_MS: Setting = setting(
+    "LLM_TIMEOUT_MS",
+    "30000",
+    "one HTTP attempt, headers and body",
+    Plain,
+    |s| ms(s.llm.timeout),
+);
+pub const LLM_MAX_RETRIES: Setting = setting(
+    "LLM_MAX_RETRIES",
+    "4",
+    "retries after the first attempt (connect errors, timeouts, 408, 429, 5xx)",
+    Plain,
+    |s| s.llm.max_retries.to_string(),
+);
+pub const LLM_RETRY_MIN_DELAY_MS: Setting = setting(
+    "LLM_RETRY_MIN_DELAY_MS",
+    "500",
+    "first backoff; doubles each retry, full jitter",
+    Plain,
+    |s| ms(s.llm.retry_min_delay),
+);
+pub const LLM_RETRY_MAX_DELAY_MS: Setting = setting(
+    "LLM_RETRY_MAX_DELAY_MS",
+    "10000",
+    "backoff ceiling",
+    Plain,
+    |s| ms(s.llm.retry_max_delay),
+);
+pub const LLM_RETRY_AFTER_CAP_MS: Setting = setting(
+    "LLM_RETRY_AFTER_CAP_MS",
+    "30000",
+    "a server's Retry-After is honoured up to this",
+    Plain,
+    |s| ms(s.llm.retry_after_cap),
+);
+pub const LLM_DEADLINE_MS: Setting = setting(
+    "LLM_DEADLINE_MS",
+    "90000",
+    "the whole summarization, every attempt and wait included",
+    Plain,
+    |s| ms(s.llm.deadline),
+);
+pub const LEASE_DURATION_MS: Setting = setting(
+    "LEASE_DURATION_MS",
+    "120000",
+    "a crashed worker's lease is taken over after this; keep it above LLM_DEADLINE_MS",
+    Plain,
+    |s| ms(s.lease_duration),
+);
+pub const FAILURE_BACKOFF_MS: Setting = setting(
+    "FAILURE_BACKOFF_MS",
+    "60000",
+    "after an LLM failure, skip the session this long (0: off) ...",
+    Plain,
+    |s| ms(s.failure_backoff),
+);
+pub const FAILURE_BACKOFF_MAX_MS: Setting = setting(
+    "FAILURE_BACKOFF_MAX_MS",
+    "900000",
+    "... doubling per further failure, up to this",
+    Plain,
+    |s| ms(s.failure_backoff_max),
+);
+pub const SHUTDOWN_GRACE_MS: Setting = setting(
+    "SHUTDOWN_GRACE_MS",
+    "30000",
+    "SIGTERM: how long in-flight events may take to finish",
+    Plain,
+    |s| ms(s.shutdown_grace),
+);
+pub const LOG_FORMAT: Setting = setting(
+    "LOG_FORMAT",
+    "text",
+    "text for people, json for production",
+    Plain,
+    |s| match s.log_format {
+        LogFormat::Text => "text".to_owned(),
+        LogFormat::Json => "json".to_owned(),
+    },
+);
+
+/// Every setting, in the order `.env.example` lists them.
+pub const SETTINGS: &[Setting] = &[
+    SUMMARIZATION_ENABLED,
+    SUMMARIZATION_THRESHOLD_CHARS,
+    SUMMARIZATION_KEEP_CHARS,
+    DATABASE_URL,
+    DATABASE_MAX_CONNECTIONS,
+    DATABASE_ACQUIRE_TIMEOUT_MS,
+    NATS_URL,
+    NATS_USER,
+    NATS_PASSWORD,
+    NATS_TOKEN,
+    NATS_CREDS_FILE,
+    NATS_TLS_CA_FILE,
+    NATS_TLS_CERT_FILE,
+    NATS_TLS_KEY_FILE,
+    NATS_TLS_REQUIRED,
+    NATS_SUBJECT,
+    NATS_QUEUE_GROUP,
+    WORKER_CONCURRENCY,
+    HTTP_ADDR,
+    LLM_PROVIDER,
+    LLM_BASE_URL,
+    LLM_MODEL,
+    LLM_API_KEY,
+    LLM_TIMEOUT_MS,
+    LLM_MAX_RETRIES,
+    LLM_RETRY_MIN_DELAY_MS,
+    LLM_RETRY_MAX_DELAY_MS,
+    LLM_RETRY_AFTER_CAP_MS,
+    LLM_DEADLINE_MS,
+    LEASE_DURATION_MS,
+    FAILURE_BACKOFF_MS,
+    FAILURE_BACKOFF_MAX_MS,
+    SHUTDOWN_GRACE_MS,
+    LOG_FORMAT,
+];
