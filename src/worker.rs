@@ -16,7 +16,7 @@ use crate::message::{Message, char_count};
 use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
 use crate::planner;
-use crate::store::{CommitError, CounterReader, NewSummary, PgStore};
+use crate::store::{CommitError, CounterReader, Loaded, NewSummary, PgStore};
 use crate::summary;
 
 /// What a worker needs to know of the settings.
@@ -125,6 +125,10 @@ impl Worker {
         if counters.backing_off {
             return (Outcome::Skipped(Reason::BackingOff), chars);
         }
+        // The planner refused this very history before: no lease, no load.
+        if let Some(reason) = counters.remembered_skip {
+            return (Outcome::Skipped(reason), chars);
+        }
 
         // Boxed: the compaction's state machine is kilobytes, and kept inline it made every
         // event's future that large, no-op or not (memmove topped the worker's profile).
@@ -136,16 +140,17 @@ impl Worker {
     async fn lease_and_compact(&self, event: &Event) -> Outcome {
         let started = Instant::now();
         let owner = format!("{}/{}", self.id, event.request_id);
-        let messages = match self
+        let loaded = match self
             .store
             .take_lease_and_load(&event.session_id, &owner, self.policy.lease_duration)
             .await
         {
-            Ok(Some(messages)) => messages,
+            Ok(Some(loaded)) => loaded,
             Ok(None) => return Outcome::Busy,
             Err(e) => return store_failure(event, "taking the lease", &e),
         };
-        let outcome = self.compact(event, &owner, messages).await;
+        let counted = loaded.counted();
+        let outcome = self.compact(event, &owner, loaded).await;
         // The commit released the lease on success; otherwise it would block the session
         // until it expires. An LLM failure also starts the session's backoff.
         let released = match &outcome {
@@ -167,6 +172,11 @@ impl Worker {
                     )
                     .await
             }
+            Outcome::Skipped(reason) => {
+                self.store
+                    .release_lease_remembering(&event.session_id, &owner, *reason, counted)
+                    .await
+            }
             _ => self.store.release_lease(&event.session_id, &owner).await,
         };
         if let Err(e) = released {
@@ -179,10 +189,14 @@ impl Worker {
         outcome
     }
 
-    /// Plans, summarizes and commits `messages`, holding the lease.
-    async fn compact(&self, event: &Event, owner: &str, messages: Vec<Message>) -> Outcome {
+    /// Plans, summarizes and commits the loaded history, holding the lease.
+    async fn compact(&self, event: &Event, owner: &str, loaded: Loaded) -> Outcome {
         let started = Instant::now();
         let rid = &event.request_id;
+        let Loaded {
+            messages,
+            fingerprints,
+        } = loaded;
         let split = match planner::plan(&messages, self.policy.limits) {
             Ok(split) => split,
             Err(reason) => return Outcome::Skipped(reason),
@@ -193,6 +207,9 @@ impl Worker {
         let cut_seq = messages[split.cut].seq;
         let (removed_seqs, removed_chars) =
             split.removed(&messages).map(|m| (m.seq, m.chars)).unzip();
+        let removed_fingerprints = (split.removed.iter())
+            .filter_map(|&i| fingerprints.get(i).cloned())
+            .collect();
         tracing::info!(
             "[{rid}] summarizer: session={total} chars, removing {} msgs ({chars_removed} chars), keeping {messages_kept} msgs",
             split.removed.len()
@@ -226,6 +243,7 @@ impl Worker {
             cut_seq,
             removed_seqs,
             removed_chars,
+            removed_fingerprints,
             text: &text,
             model: &summary.model,
             prompt_tokens: summary.prompt_tokens,

@@ -148,17 +148,16 @@ async fn answer(store: PgStore, batch: Vec<Lookup>, _slot: InFlight) {
     // sequential scan of all sessions (hashed) for small tables, and a plain
     // `session_id = ANY($1)` also went that way (profiled: 20% of the machine's CPU in
     // Postgres at 26k no-op events/s).
-    let rows = sqlx::query(
-        "SELECT wanted.session_id, s.total_chars, s.message_count, s.human_turns,
-                s.backing_off
+    let rows = sqlx::query(concat!(
+        "SELECT wanted.session_id, s.*
          FROM unnest($1::text[]) AS wanted (session_id)
          CROSS JOIN LATERAL (
-             SELECT total_chars, message_count, human_turns,
-                    coalesce(retry_at > now(), false) AS backing_off
-             FROM sessions WHERE sessions.session_id = wanted.session_id
+             SELECT ",
+        counters_columns_sql!(),
+        " FROM sessions WHERE sessions.session_id = wanted.session_id
              LIMIT 1
-         ) AS s",
-    )
+         ) AS s"
+    ))
     .bind(&ids)
     .fetch_all(store.pool())
     .await;

@@ -4,6 +4,11 @@
 //! connection longer than its own statements: the worker calls the LLM between
 //! [`PgStore::take_lease_and_load`] and [`PgStore::commit`] holding nothing but the lease row's
 //! owner id.
+//!
+//! The commit fences on the content of what it removes, not only its shape: each message's
+//! fingerprint (`fingerprint_sql!`) is computed by the database when the history is loaded and
+//! again over the rows the commit deletes, so an edit that keeps every length still writes
+//! nothing.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -14,6 +19,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Connection, PgPool, Row};
 
 use crate::message::{Message, Role};
+use crate::outcome::Reason;
 
 /// The database could not be reached, or a statement failed. Cheap to clone, so one
 /// failed batch can be reported to every event in it.
@@ -34,7 +40,7 @@ pub enum CommitError {
     #[error("the session lease is no longer ours")]
     LeaseLost,
     /// The planned prefix changed during the LLM call (a message in it was deleted,
-    /// edited, or inserted with an old seq).
+    /// edited, even to text of the same length, or inserted with an old seq).
     #[error("the planned prefix changed during summarization")]
     PrefixChanged,
     #[error(transparent)]
@@ -45,6 +51,27 @@ impl From<sqlx::Error> for CommitError {
     fn from(e: sqlx::Error) -> Self {
         Self::Store(e.into())
     }
+}
+
+/// One message's fingerprint, as SQL over a `messages` (or archived) row: md5 over the
+/// row-literal text of every field the summary is made from. The row literal quotes each
+/// field, so NULL, '' and shifted boundaries between fields all read differently.
+/// Load and commit splice this same text, so they cannot disagree on what is hashed.
+macro_rules! fingerprint_sql {
+    () => {
+        "md5(ROW(role, content, tool_calls::text, tool_call_id, is_summary, seq)::text)"
+    };
+}
+
+/// The counters columns of a `sessions` row, as [`counters_from`] reads them. The
+/// remembered skip applies only while the counters are still those it was made at.
+macro_rules! counters_columns_sql {
+    () => {
+        "total_chars, message_count, human_turns,
+         coalesce(retry_at > now(), false) AS backing_off,
+         CASE WHEN skip_at_chars = total_chars AND skip_at_count = message_count
+              THEN skip_reason END AS skip_reason"
+    };
 }
 
 mod batch;
@@ -64,6 +91,42 @@ pub struct Counters {
     pub human_turns: i64,
     /// An LLM failure put the session in backoff, and it has not run out.
     pub backing_off: bool,
+    /// The planner refused this very history before (`no_safe_boundary` or
+    /// `nothing_to_compact`): same total chars and message count as then.
+    pub remembered_skip: Option<Reason>,
+}
+
+/// The reasons a skip is remembered for: both depend on the history alone, so they hold
+/// until it changes. (Threshold and turn counts are read from the counters anyway.)
+fn rememberable(reason: Reason) -> bool {
+    matches!(reason, Reason::NoSafeBoundary | Reason::NothingToCompact)
+}
+
+/// A session's history as the worker loaded it with the lease.
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    /// In `seq` order.
+    pub messages: Vec<Message>,
+    /// Each message's fingerprint as the database computed it at load, in the same order:
+    /// what the commit compares the rows it deletes with.
+    pub fingerprints: Vec<String>,
+}
+
+impl Loaded {
+    /// The counters this history gives: what a skip planned on it is remembered with.
+    pub fn counted(&self) -> CountedAt {
+        CountedAt {
+            total_chars: self.messages.iter().map(|m| m.chars).sum(),
+            message_count: i64::try_from(self.messages.len()).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+/// A session's total chars and message count at some point: see [`Loaded::counted`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountedAt {
+    pub total_chars: i64,
+    pub message_count: i64,
 }
 
 /// Everything the commit transaction writes, planned before the LLM call.
@@ -73,9 +136,11 @@ pub struct NewSummary<'a> {
     pub lease_owner: &'a str,
     /// The seq of the first kept message: everything older that is not `system` goes.
     pub cut_seq: i64,
-    /// The removed messages' seqs and chars, oldest first, as planned.
+    /// The removed messages' seqs, chars and fingerprints ([`Loaded::fingerprints`]),
+    /// oldest first, as planned.
     pub removed_seqs: Vec<i64>,
     pub removed_chars: Vec<i64>,
+    pub removed_fingerprints: Vec<String>,
     pub text: &'a str,
     pub model: &'a str,
     pub prompt_tokens: Option<i64>,
@@ -184,11 +249,11 @@ impl PgStore {
     /// # Errors
     /// When the database is unreachable.
     pub async fn counters(&self, session_id: &str) -> Result<Option<Counters>, StoreError> {
-        let row = sqlx::query(
-            "SELECT total_chars, message_count, human_turns,
-                    coalesce(retry_at > now(), false) AS backing_off
-             FROM sessions WHERE session_id = $1",
-        )
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            counters_columns_sql!(),
+            " FROM sessions WHERE session_id = $1"
+        ))
         .bind(session_id)
         .fetch_optional(&self.pool)
         .await?;
@@ -198,8 +263,8 @@ impl PgStore {
     }
 
     /// Takes the session's lease for `owner` unless another owner holds an unexpired one,
-    /// and in the same round trip loads the session's messages in `seq` order. `None`
-    /// when another owner holds the lease.
+    /// and in the same round trip loads the session's messages in `seq` order, with their
+    /// fingerprints. `None` when another owner holds the lease.
     ///
     /// # Errors
     /// When the database is unreachable; no lease is taken then.
@@ -208,9 +273,9 @@ impl PgStore {
         session_id: &str,
         owner: &str,
         duration: Duration,
-    ) -> Result<Option<Vec<Message>>, StoreError> {
+    ) -> Result<Option<Loaded>, StoreError> {
         // No row: not leased. One row of NULLs (the LEFT JOIN): leased, no messages.
-        let rows = sqlx::query(
+        let rows = sqlx::query(concat!(
             "WITH lease AS (
                  UPDATE sessions
                  SET lease_owner = $2, lease_expires_at = now() + $3 * interval '1 millisecond'
@@ -219,10 +284,14 @@ impl PgStore {
                  RETURNING session_id
              )
              SELECT m.seq, m.role, coalesce(m.content, '') AS content, m.tool_calls,
-                    m.tool_call_id, m.is_summary, m.chars
-             FROM lease LEFT JOIN messages AS m ON m.session_id = lease.session_id
-             ORDER BY m.seq",
-        )
+                    m.tool_call_id, m.is_summary, m.chars, m.fingerprint
+             FROM lease LEFT JOIN (
+                 SELECT *, ",
+            fingerprint_sql!(),
+            " AS fingerprint FROM messages
+             ) AS m ON m.session_id = lease.session_id
+             ORDER BY m.seq"
+        ))
         .bind(session_id)
         .bind(owner)
         .bind(millis(duration))
@@ -232,10 +301,17 @@ impl PgStore {
             return Ok(None);
         }
         if rows[0].try_get::<Option<i64>, _>("seq")?.is_none() {
-            return Ok(Some(Vec::new()));
+            return Ok(Some(Loaded::default()));
         }
         let messages = rows.iter().map(message_from).collect::<Result<_, _>>()?;
-        Ok(Some(messages))
+        let fingerprints = rows
+            .iter()
+            .map(|r| r.try_get("fingerprint"))
+            .collect::<Result<_, _>>()?;
+        Ok(Some(Loaded {
+            messages,
+            fingerprints,
+        }))
     }
 
     /// Gives the lease up if `owner` still holds it; a no-op otherwise.
@@ -254,9 +330,46 @@ impl PgStore {
         Ok(())
     }
 
+    /// Gives the lease up after the planner refused the history `counted` describes, and
+    /// remembers why: until the counters change, [`PgStore::counters`] answers with the
+    /// reason and the worker neither takes the lease nor loads the history again.
+    /// Reasons that do not depend on the history alone are not remembered (the lease is
+    /// just released).
+    ///
+    /// # Errors
+    /// When the database is unreachable; the lease then runs out by itself.
+    pub async fn release_lease_remembering(
+        &self,
+        session_id: &str,
+        owner: &str,
+        reason: Reason,
+        counted: CountedAt,
+    ) -> Result<(), StoreError> {
+        if !rememberable(reason) {
+            return self.release_lease(session_id, owner).await;
+        }
+        sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+                 skip_reason = $3, skip_at_chars = $4, skip_at_count = $5
+             WHERE session_id = $1 AND lease_owner = $2",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .bind(reason.as_str())
+        .bind(counted.total_chars)
+        .bind(i32::try_from(counted.message_count).unwrap_or(i32::MAX))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// Gives the lease up after an LLM failure and puts the session in backoff: no
     /// summarization before `base x 2^(failures so far)`, capped at `max`, has passed.
     /// A zero `base` records the failure without a backoff.
+    ///
+    /// The exponent stops at 30 (`base` x 10^9, past any sensible `max`): `power(2, n)`
+    /// overflows a double, and the statement fails, from n = 1024 on. The count itself
+    /// stops at the integer column's limit for the same reason.
     ///
     /// # Errors
     /// When the database is unreachable; the lease then runs out by itself.
@@ -274,9 +387,10 @@ impl PgStore {
                  ON CONFLICT (day, reason) DO UPDATE SET failures = f.failures + 1
              )
              UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
-                 failures = failures + 1,
+                 failures = failures + (failures < 2147483647)::integer,
                  retry_at = CASE WHEN $3 > 0
-                     THEN now() + least($3 * power(2, failures), $4) * interval '1 millisecond'
+                     THEN now() + least($3 * power(2, least(failures, 30)), $4)
+                                  * interval '1 millisecond'
                  END
              WHERE session_id = $1 AND lease_owner = $2",
         )
@@ -332,7 +446,7 @@ impl PgStore {
         // whose trigger updates it, queue behind this transaction instead of deadlocking
         // with it), then, only if the lease is still ours, the usage event and the
         // archived, deleted prefix.
-        let archived = sqlx::query(
+        let archived = sqlx::query(concat!(
             "WITH fence AS (
                  UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
                      failures = 0, retry_at = NULL
@@ -347,7 +461,9 @@ impl PgStore {
                  DELETE FROM messages
                  WHERE session_id = $1 AND seq < $2 AND role <> 'system'
                    AND EXISTS (SELECT 1 FROM fence)
-                 RETURNING *
+                 RETURNING *, ",
+            fingerprint_sql!(),
+            " AS fingerprint
              ), archived AS (
                  INSERT INTO archived_messages (compaction_id, session_id, seq, role, content,
                      tool_calls, tool_call_id, is_summary, chars, created_at)
@@ -358,9 +474,10 @@ impl PgStore {
              SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
                     (SELECT id FROM event) AS id,
                     coalesce(array_agg(seq ORDER BY seq), '{}') AS seqs,
-                    coalesce(array_agg(chars::bigint ORDER BY seq), '{}') AS chars
-             FROM removed",
-        )
+                    coalesce(array_agg(chars::bigint ORDER BY seq), '{}') AS chars,
+                    coalesce(array_agg(fingerprint ORDER BY seq), '{}') AS fingerprints
+             FROM removed"
+        ))
         .bind(summary.session_id)
         .bind(summary.cut_seq)
         .bind(summary.model)
@@ -375,10 +492,14 @@ impl PgStore {
         }
         let seqs: Vec<i64> = archived.try_get("seqs")?;
         let chars: Vec<i64> = archived.try_get("chars")?;
+        let fingerprints: Vec<String> = archived.try_get("fingerprints")?;
+        let unchanged = seqs == summary.removed_seqs
+            && chars == summary.removed_chars
+            && fingerprints == summary.removed_fingerprints;
         // Dropping the transaction rolls it back. (An empty plan never reaches here: the
         // planner always removes something; were it to, nothing would be written.)
         let first_seq = match seqs.first() {
-            Some(&first) if seqs == summary.removed_seqs && chars == summary.removed_chars => first,
+            Some(&first) if unchanged => first,
             _ => return Err(CommitError::PrefixChanged),
         };
 
@@ -423,7 +544,18 @@ fn counters_from(row: &PgRow) -> Result<Counters, sqlx::Error> {
         message_count: row.try_get::<i32, _>("message_count")?.into(),
         human_turns: row.try_get::<i32, _>("human_turns")?.into(),
         backing_off: row.try_get("backing_off")?,
+        remembered_skip: row
+            .try_get::<Option<String>, _>("skip_reason")?
+            .and_then(|reason| remembered(&reason)),
     })
+}
+
+/// A `sessions.skip_reason` read back; an unknown one (written by a newer worker) is
+/// ignored, so the session is planned as usual.
+fn remembered(reason: &str) -> Option<Reason> {
+    [Reason::NoSafeBoundary, Reason::NothingToCompact]
+        .into_iter()
+        .find(|r| r.as_str() == reason)
 }
 
 fn message_from(row: &PgRow) -> Result<Message, sqlx::Error> {

@@ -19,3 +19,4 @@ mod process;
 mod rejects;
 mod secrets;
 mod skips;
+mod store;

@@ -1,0 +1,177 @@
+//! The store under what operators and agents do to the database behind the worker's back:
+//! same-length edits during a compaction, sessions that cannot be compacted, and sessions
+//! that have failed thousands of times.
+
+use std::time::Duration;
+
+use summarizer::outcome::{Reason, Status};
+use summarizer::store::{CounterReader, PgStore};
+use wiremock::matchers::method;
+use wiremock::{Mock, ResponseTemplate};
+
+use crate::helpers::{SUMMARY, TestApp, filler, spawn_app, spawn_app_with};
+
+#[tokio::test]
+async fn a_same_length_edit_of_the_prefix_during_summarization_writes_nothing() {
+    let app = spawn_app().await;
+    app.llm_answers(SUMMARY, Duration::from_millis(800)).await;
+    app.append_turns("s", 5).await;
+    let first_seq = app.messages("s").await[0].seq;
+
+    let pending = app.turn_starting_in_background("s");
+    app.until_llm_called(1).await;
+    // Same length, same seqs, different text: only the content tells the edit apart.
+    sqlx::query("UPDATE messages SET content = upper(content) WHERE session_id = 's' AND seq = $1")
+        .bind(first_seq)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let before = app.messages("s").await;
+
+    let decision = pending.await.unwrap();
+
+    assert_eq!(decision.reason(), "conflict", "{decision:?}");
+    assert_eq!(app.messages("s").await, before);
+    assert!(app.archived("s").await.is_empty());
+    assert!(app.usage_events("s").await.is_empty());
+    assert_eq!(app.lease_owner("s").await, None, "the lease is released");
+}
+
+/// Two sessions the planner refuses, each with the reason it gives.
+async fn uncompactable_sessions(app: &TestApp) -> [(&'static str, Reason); 2] {
+    // The only later human turn is too recent to leave KEEP chars.
+    app.append("no-boundary", "user", "First ask", None, None)
+        .await;
+    app.append("no-boundary", "assistant", &filler(4000), None, None)
+        .await;
+    app.append("no-boundary", "user", "Second ask", None, None)
+        .await;
+    // The old part would be just an earlier summary.
+    sqlx::query("INSERT INTO messages (session_id, role, content, is_summary) VALUES ('only-summary', 'user', $1, true)")
+        .bind(format!("{SUMMARY}\n{}", filler(1500)))
+        .execute(&app.db)
+        .await
+        .unwrap();
+    app.append("only-summary", "user", "Next ask", None, None)
+        .await;
+    app.append("only-summary", "assistant", &filler(2000), None, None)
+        .await;
+    app.append("only-summary", "user", "And?", None, None).await;
+    [
+        ("no-boundary", Reason::NoSafeBoundary),
+        ("only-summary", Reason::NothingToCompact),
+    ]
+}
+
+async fn hold_lease(app: &TestApp, session: &str) {
+    sqlx::query(
+        "UPDATE sessions SET lease_owner = 'someone-else', lease_expires_at = now() + interval '1 hour'
+         WHERE session_id = $1",
+    )
+    .bind(session)
+    .execute(&app.db)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_uncompactable_session_is_answered_from_its_counters_until_they_change() {
+    let app = spawn_app().await;
+    for (session, reason) in uncompactable_sessions(&app).await {
+        assert_eq!(app.turn_starting(session).await.reason, reason, "{session}");
+
+        // Someone else holds the lease: a worker that took it would answer busy, one
+        // that answers from the counters gives the same reason and leaves it alone.
+        hold_lease(&app, session).await;
+        let again = app.turn_starting(session).await;
+        assert_eq!(
+            (again.status, again.reason),
+            (Status::Skipped, reason),
+            "{session}"
+        );
+        assert_eq!(
+            app.lease_owner(session).await.as_deref(),
+            Some("someone-else")
+        );
+
+        // An append changes the counters: the worker plans again, so meets the lease.
+        app.append(session, "assistant", "One more thing.", None, None)
+            .await;
+        assert_eq!(app.turn_starting(session).await.status, Status::Busy);
+        sqlx::query("UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL")
+            .execute(&app.db)
+            .await
+            .unwrap();
+        assert_eq!(app.turn_starting(session).await.reason, reason, "{session}");
+    }
+    assert_eq!(app.llm_requests().await, 0);
+}
+
+#[tokio::test]
+async fn counters_read_alone_or_batched_carry_the_remembered_skip() {
+    let app = spawn_app().await;
+    let sessions = uncompactable_sessions(&app).await;
+    for (session, reason) in sessions {
+        assert_eq!(app.turn_starting(session).await.reason, reason);
+    }
+    let reader = CounterReader::spawn(PgStore::from_pool(app.db.clone()));
+
+    // All polled at once: the first goes alone, the rest wait for it and go as a batch.
+    let reads =
+        futures_util::future::join_all((0..40).map(|i| reader.counters(sessions[i % 2].0))).await;
+
+    for (i, read) in reads.into_iter().enumerate() {
+        let counters = read.unwrap().unwrap();
+        assert_eq!(
+            counters.remembered_skip,
+            Some(sessions[i % 2].1),
+            "read {i}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn thousands_of_failures_back_off_for_the_maximum_without_a_store_error() {
+    let app = spawn_app_with(&[
+        ("FAILURE_BACKOFF_MS", "60000"),
+        ("FAILURE_BACKOFF_MAX_MS", "900000"),
+        ("LLM_MAX_RETRIES", "0"),
+    ])
+    .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(500))
+        .mount(&app.llm)
+        .await;
+    // Far past 2^1024 overflowing a double, and at the integer column's limit.
+    for (session, failures) in [("many", 5000), ("most", i32::MAX)] {
+        app.append_turns(session, 5).await;
+        sqlx::query("UPDATE sessions SET failures = $2 WHERE session_id = $1")
+            .bind(session)
+            .bind(failures)
+            .execute(&app.db)
+            .await
+            .unwrap();
+
+        let reply = app.turn_starting(session).await;
+
+        assert_eq!(
+            (reply.status, reply.reason),
+            (Status::Failed, Reason::LlmError),
+            "{session}"
+        );
+        let (recorded, backoff_secs): (i32, f64) = sqlx::query_as(
+            "SELECT failures, extract(epoch FROM retry_at - now())::float8
+             FROM sessions WHERE session_id = $1",
+        )
+        .bind(session)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        assert_eq!(recorded, failures.saturating_add(1), "{session}");
+        assert!(
+            (880.0..=900.0).contains(&backoff_secs),
+            "{session}: {backoff_secs}"
+        );
+        assert_eq!(app.lease_owner(session).await, None, "{session}");
+    }
+}
