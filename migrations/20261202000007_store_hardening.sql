@@ -1,4 +1,4 @@
--- Store hardening: remembered planner refusals.
+-- Store hardening: remembered planner refusals, and counters that survive TRUNCATE.
 
 -- A session the planner refused (no_safe_boundary, nothing_to_compact) is answered from
 -- its counters until they change, instead of taking the lease and loading its whole
@@ -46,3 +46,19 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- TRUNCATE fires no row or DELETE trigger, so the counters kept what was truncated.
+-- The session rows stay (with their leases and backoff); their counters go to zero.
+CREATE FUNCTION sessions_reset_counters() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE sessions SET total_chars = 0, message_count = 0, human_turns = 0,
+        skip_reason = NULL
+    WHERE total_chars <> 0 OR message_count <> 0 OR human_turns <> 0
+       OR skip_reason IS NOT NULL;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER messages_truncated AFTER TRUNCATE ON messages
+    FOR EACH STATEMENT EXECUTE FUNCTION sessions_reset_counters();

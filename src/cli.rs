@@ -1,6 +1,6 @@
 //! The `summarizer` command line: `worker`, `migrate`, `stats`, `session`, `restore`,
-//! `prune-archive`, `check`, `turn` and `demo`. (`bench` and `chaos` are the lab's:
-//! `summarizer-lab`.)
+//! `prune-archive`, `check`, `repair`, `turn` and `demo`. (`bench` and `chaos` are the
+//! lab's: `summarizer-lab`.)
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -79,6 +79,13 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Recompute sessions' counters from their messages and print those that drifted
+    /// (before -> after); writes nothing unless --apply.
+    Repair {
+        /// Write the recomputed counters.
+        #[arg(long)]
+        apply: bool,
     },
     /// Send one turn-starting request and print the reply (compacts by hand).
     Turn {
@@ -221,6 +228,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
+        Command::Repair { apply } => print!("{}", repair(&store(&settings)?, apply).await?),
         Command::Turn {
             session_id,
             timeout_ms,
@@ -235,6 +243,35 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => demo::run(settings, args).await?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `summarizer repair`'s report: one line per drifted session, then what was done.
+async fn repair(store: &PgStore, apply: bool) -> anyhow::Result<String> {
+    let drifted = if apply {
+        store
+            .repair_counters()
+            .await
+            .context("repairing counters")?
+    } else {
+        store.counter_drift().await.context("reading counters")?
+    };
+    if drifted.is_empty() {
+        return Ok("every session's counters match its messages\n".to_owned());
+    }
+    let mut out = String::from("session: chars/messages/human turns, stored -> from messages\n");
+    for drift in &drifted {
+        out.push_str(&format!("{drift}\n"));
+    }
+    out.push_str(&if apply {
+        format!("repaired the counters of {} sessions\n", drifted.len())
+    } else {
+        format!(
+            "{} sessions' counters drifted; dry run, nothing written: \
+             `summarizer repair --apply` writes them\n",
+            drifted.len()
+        )
+    });
+    Ok(out)
 }
 
 fn store(settings: &Settings) -> anyhow::Result<PgStore> {

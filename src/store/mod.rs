@@ -75,11 +75,12 @@ macro_rules! counters_columns_sql {
 }
 
 mod batch;
-
+mod check;
 mod restore;
 mod stats;
 
 pub use batch::CounterReader;
+pub use check::{CounterDrift, Finding, Invariant, SessionCounts, Totals};
 pub use restore::{CompactionView, Pruned, RestoreError, Restored, SessionView};
 pub use stats::{Day, Stats, StatsReport};
 

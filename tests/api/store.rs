@@ -1,6 +1,6 @@
 //! The store under what operators and agents do to the database behind the worker's back:
-//! same-length edits during a compaction, sessions that cannot be compacted, and sessions
-//! that have failed thousands of times.
+//! same-length edits during a compaction, sessions that cannot be compacted, TRUNCATE,
+//! counters edited by hand, and sessions that have failed thousands of times.
 
 use std::time::Duration;
 
@@ -10,6 +10,17 @@ use wiremock::matchers::method;
 use wiremock::{Mock, ResponseTemplate};
 
 use crate::helpers::{SUMMARY, TestApp, filler, spawn_app, spawn_app_with};
+
+/// `(total_chars, message_count, human_turns)` of a session.
+async fn counters(app: &TestApp, session: &str) -> (i64, i32, i32) {
+    sqlx::query_as(
+        "SELECT total_chars, message_count, human_turns FROM sessions WHERE session_id = $1",
+    )
+    .bind(session)
+    .fetch_one(&app.db)
+    .await
+    .unwrap()
+}
 
 #[tokio::test]
 async fn a_same_length_edit_of_the_prefix_during_summarization_writes_nothing() {
@@ -128,6 +139,93 @@ async fn counters_read_alone_or_batched_carry_the_remembered_skip() {
             "read {i}"
         );
     }
+}
+
+#[tokio::test]
+async fn truncating_messages_zeroes_every_sessions_counters() {
+    let app = spawn_app().await;
+    app.append_turns("a", 2).await;
+    app.append_turns("b", 1).await;
+
+    sqlx::query("TRUNCATE messages")
+        .execute(&app.db)
+        .await
+        .unwrap();
+
+    assert_eq!(counters(&app, "a").await, (0, 0, 0));
+    assert_eq!(counters(&app, "b").await, (0, 0, 0));
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+    // Appends afterwards count from zero.
+    app.append("a", "user", "again", None, None).await;
+    assert_eq!(counters(&app, "a").await, (5, 1, 1));
+}
+
+fn summarizer(database_url: &str, args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_summarizer"))
+        .args(args)
+        .env("DATABASE_URL", database_url)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{args:?}: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[tokio::test]
+async fn drifted_counters_are_named_by_check_and_fixed_by_repair_only_with_apply() {
+    let app = spawn_app().await;
+    app.append_turns("s-drifted", 2).await;
+    app.append_turns("s-ok", 1).await;
+    app.append("s-rowless", "user", "hello", None, None).await;
+    let right = counters(&app, "s-drifted").await;
+    sqlx::query("DELETE FROM sessions WHERE session_id = 's-rowless'")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE sessions SET total_chars = total_chars + 7, human_turns = 0
+         WHERE session_id = 's-drifted'",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let drifted = counters(&app, "s-drifted").await;
+
+    let report = app.check().await;
+    let broken: Vec<&str> = report.breaches.iter().map(|b| b.invariant).collect();
+    assert_eq!(broken, ["counters_drift"], "{report}");
+    assert!(report.to_string().contains("summarizer repair"), "{report}");
+
+    let dry = summarizer(&app.database_url, &["repair"]);
+    assert!(dry.contains("s-drifted"), "{dry}");
+    assert!(!dry.contains("s-ok"), "{dry}");
+    assert!(dry.contains("s-rowless: no row -> 5/1/1"), "{dry}");
+    assert!(
+        dry.contains(&format!(
+            "{}/{}/{} -> {}/{}/{}",
+            drifted.0, drifted.1, drifted.2, right.0, right.1, right.2
+        )),
+        "{dry}"
+    );
+    assert!(
+        dry.contains("--apply"),
+        "a dry run says how to apply: {dry}"
+    );
+    assert_eq!(counters(&app, "s-drifted").await, drifted, "dry run");
+
+    let applied = summarizer(&app.database_url, &["repair", "--apply"]);
+    assert!(applied.contains("s-drifted"), "{applied}");
+    assert_eq!(counters(&app, "s-drifted").await, right);
+    assert_eq!(counters(&app, "s-rowless").await, (5, 1, 1));
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+    let again = summarizer(&app.database_url, &["repair"]);
+    assert!(!again.contains("s-drifted"), "{again}");
 }
 
 #[tokio::test]

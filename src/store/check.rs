@@ -1,0 +1,363 @@
+//! The queries behind `summarizer check` and `summarizer repair`: each invariant is one
+//! query listing the sessions that break it, and a session's counters are recomputed
+//! from its messages. They return plain data; `crate::check` decides what a breach means
+//! and writes the report.
+
+use std::fmt;
+
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+
+use super::{PgStore, StoreError};
+
+/// An invariant the whole database must keep whatever crashed, restarted or raced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Invariant {
+    /// A message is both in the history and in the archive, or archived twice.
+    DuplicatedMessage,
+    /// A session's history holds more than one summary.
+    SeveralSummaries,
+    /// A summary is not before every non-system message of its session.
+    MisplacedSummary,
+    /// A tool result in the history answers a call that was archived.
+    SeparatedToolResult,
+    /// A tool result in the history has no earlier call of its id, so the planner cannot
+    /// keep it with its call.
+    UnpairedToolResult,
+    /// `tool_calls` is not a JSON array (double-encoded, or another shape written before
+    /// the `tool_calls_is_array` constraint).
+    ToolCallsNotAnArray,
+    /// Archived messages whose compaction has no summarization usage event.
+    CompactionWithoutUsageEvent,
+    /// A summarization usage event whose figures differ from its archive.
+    UsageEventMismatch,
+    /// A history holds a summary but its session has no compaction.
+    SummaryWithoutCompaction,
+    /// A session's counters differ from its messages ([`PgStore::counter_drift`]).
+    CountersDrift,
+}
+
+/// One breach of an invariant: where, and what an operator would look at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub session_id: String,
+    pub detail: String,
+}
+
+/// The sizes a check report starts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Totals {
+    pub sessions: i64,
+    pub messages: i64,
+    pub archived_messages: i64,
+    pub compactions: i64,
+}
+
+/// A session's counters: stored in `sessions`, or as its messages give them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionCounts {
+    pub total_chars: i64,
+    pub message_count: i64,
+    pub human_turns: i64,
+}
+
+impl fmt::Display for SessionCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}",
+            self.total_chars, self.message_count, self.human_turns
+        )
+    }
+}
+
+/// A session whose stored counters differ from its messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CounterDrift {
+    pub session_id: String,
+    /// `None`: messages with no `sessions` row at all.
+    pub stored: Option<SessionCounts>,
+    pub actual: SessionCounts,
+}
+
+impl fmt::Display for CounterDrift {
+    /// `session: stored -> actual`, counters as `chars/messages/human turns`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.stored {
+            Some(stored) => write!(f, "{}: {stored} -> {}", self.session_id, self.actual),
+            None => write!(f, "{}: no row -> {}", self.session_id, self.actual),
+        }
+    }
+}
+
+impl Invariant {
+    /// `(session_id, detail)` for each breach. `None` for [`Invariant::CountersDrift`],
+    /// which is read through [`PgStore::counter_drift`].
+    fn sql(self) -> Option<&'static str> {
+        Some(match self {
+            Self::DuplicatedMessage => {
+                "SELECT session_id, 'seq ' || seq FROM (
+                     SELECT session_id, seq FROM messages WHERE NOT is_summary
+                     UNION ALL
+                     SELECT session_id, seq FROM archived_messages WHERE NOT is_summary
+                 ) AS everything
+                 GROUP BY session_id, seq HAVING count(*) > 1"
+            }
+            Self::SeveralSummaries => {
+                "SELECT session_id, count(*) || ' summaries' FROM messages WHERE is_summary
+                 GROUP BY session_id HAVING count(*) > 1"
+            }
+            Self::MisplacedSummary => {
+                "SELECT s.session_id, 'summary seq ' || s.seq || ', message seq ' || min(m.seq)
+                 FROM messages s
+                 JOIN messages m ON m.session_id = s.session_id AND m.seq < s.seq
+                     AND m.role <> 'system' AND NOT m.is_summary
+                 WHERE s.is_summary
+                 GROUP BY s.session_id, s.seq"
+            }
+            // The tool-call queries pair calls and results as the planner does: a result
+            // answers the nearest earlier call of its id, and `tool_calls_array` reads the
+            // calls of a stored value as `Message::calls` does (a double-encoded array
+            // included).
+            Self::SeparatedToolResult => {
+                "SELECT t.session_id, 'tool_call_id ' || t.tool_call_id
+                 FROM messages t
+                 WHERE t.tool_call_id IS NOT NULL
+                   AND NOT EXISTS (
+                       SELECT 1 FROM messages c, jsonb_array_elements(tool_calls_array(c.tool_calls)) AS call
+                       WHERE c.session_id = t.session_id AND c.seq < t.seq
+                         AND c.tool_calls IS NOT NULL AND call ->> 'id' = t.tool_call_id)
+                   AND EXISTS (
+                       SELECT 1 FROM archived_messages a, jsonb_array_elements(tool_calls_array(a.tool_calls)) AS call
+                       WHERE a.session_id = t.session_id
+                         AND a.tool_calls IS NOT NULL AND call ->> 'id' = t.tool_call_id)"
+            }
+            Self::UnpairedToolResult => {
+                "SELECT t.session_id, 'tool_call_id ' || t.tool_call_id
+                 FROM messages t
+                 WHERE t.tool_call_id IS NOT NULL
+                   AND NOT EXISTS (
+                       SELECT 1 FROM messages c, jsonb_array_elements(tool_calls_array(c.tool_calls)) AS call
+                       WHERE c.session_id = t.session_id AND c.seq < t.seq
+                         AND c.tool_calls IS NOT NULL AND call ->> 'id' = t.tool_call_id)
+                   AND NOT EXISTS (
+                       SELECT 1 FROM archived_messages a, jsonb_array_elements(tool_calls_array(a.tool_calls)) AS call
+                       WHERE a.session_id = t.session_id
+                         AND a.tool_calls IS NOT NULL AND call ->> 'id' = t.tool_call_id)"
+            }
+            Self::ToolCallsNotAnArray => {
+                "SELECT session_id, 'seq ' || seq || ': a JSON ' || jsonb_typeof(tool_calls)
+                 FROM messages
+                 WHERE jsonb_typeof(tool_calls) NOT IN ('array', 'null')"
+            }
+            Self::CompactionWithoutUsageEvent => {
+                "SELECT DISTINCT a.session_id, 'compaction ' || a.compaction_id
+                 FROM archived_messages a
+                 LEFT JOIN usage_events u ON u.id = a.compaction_id
+                     AND u.metadata @> '{\"summarization\": true}'
+                 WHERE u.id IS NULL"
+            }
+            Self::UsageEventMismatch => {
+                "SELECT u.session_id, 'compaction ' || u.id || ': metadata says '
+                        || (u.metadata ->> 'messages_removed') || ' msgs/'
+                        || (u.metadata ->> 'chars_removed') || ' chars, archive holds '
+                        || count(a.seq) || '/' || coalesce(sum(a.chars), 0)
+                 FROM usage_events u
+                 LEFT JOIN archived_messages a ON a.compaction_id = u.id
+                 WHERE u.metadata @> '{\"summarization\": true}'
+                   AND NOT u.metadata ? 'restored_at'
+                   AND NOT u.metadata ? 'archive_pruned_at'
+                 GROUP BY u.id
+                 HAVING count(a.seq) <> (u.metadata ->> 'messages_removed')::bigint
+                     OR coalesce(sum(a.chars), 0) <> (u.metadata ->> 'chars_removed')::bigint"
+            }
+            Self::SummaryWithoutCompaction => {
+                "SELECT m.session_id, 'summary seq ' || m.seq FROM messages m
+                 WHERE m.is_summary AND NOT EXISTS (
+                     SELECT 1 FROM usage_events u WHERE u.session_id = m.session_id
+                         AND u.metadata @> '{\"summarization\": true}'
+                         AND NOT u.metadata ? 'restored_at')"
+            }
+            Self::CountersDrift => return None,
+        })
+    }
+}
+
+/// Every session whose stored counters differ from its messages, and every session with
+/// messages but no row: `session_id`, the stored counters (NULL without a row), the
+/// counters its messages give.
+const COUNTER_DRIFT: &str = "
+    SELECT coalesce(s.session_id, m.session_id) AS session_id,
+           s.total_chars AS stored_chars, s.message_count::bigint AS stored_count,
+           s.human_turns::bigint AS stored_turns,
+           coalesce(m.chars, 0) AS chars, coalesce(m.n, 0) AS count,
+           coalesce(m.turns, 0) AS turns
+    FROM sessions s
+    FULL JOIN (
+        SELECT session_id, sum(chars)::bigint AS chars, count(*) AS n,
+               count(*) FILTER (WHERE role = 'user' AND NOT is_summary) AS turns
+        FROM messages GROUP BY session_id
+    ) AS m ON m.session_id = s.session_id
+    WHERE s.session_id IS NULL
+       OR s.total_chars <> coalesce(m.chars, 0)
+       OR s.message_count <> coalesce(m.n, 0)
+       OR s.human_turns <> coalesce(m.turns, 0)
+    ORDER BY 1";
+
+/// Recomputes the counters of the sessions in `$1` from their messages and writes those
+/// that differ (creating missing rows), returning the same columns as [`COUNTER_DRIFT`]
+/// with the counters as they were before. The snapshot is taken after the caller locked
+/// the rows, so an append either is counted here or adds itself after, never both.
+const REPAIR_COUNTERS: &str = "
+    WITH actual AS (
+        SELECT wanted.session_id, coalesce(sum(m.chars), 0)::bigint AS chars,
+               count(m.seq) AS n,
+               count(*) FILTER (WHERE m.role = 'user' AND NOT m.is_summary) AS turns
+        FROM unnest($1::text[]) AS wanted (session_id)
+        LEFT JOIN messages m ON m.session_id = wanted.session_id
+        GROUP BY wanted.session_id
+    ), written AS (
+        INSERT INTO sessions AS s (session_id, total_chars, message_count, human_turns)
+        SELECT session_id, chars, n, turns FROM actual
+        ORDER BY session_id
+        ON CONFLICT (session_id) DO UPDATE SET
+            total_chars = excluded.total_chars,
+            message_count = excluded.message_count,
+            human_turns = excluded.human_turns,
+            skip_reason = NULL
+        WHERE (s.total_chars, s.message_count, s.human_turns)
+              IS DISTINCT FROM (excluded.total_chars, excluded.message_count, excluded.human_turns)
+        RETURNING s.session_id
+    )
+    SELECT a.session_id, s.total_chars AS stored_chars, s.message_count::bigint AS stored_count,
+           s.human_turns::bigint AS stored_turns, a.chars, a.n AS count, a.turns
+    FROM written w
+    JOIN actual a ON a.session_id = w.session_id
+    LEFT JOIN sessions s ON s.session_id = w.session_id
+    ORDER BY 1";
+
+impl PgStore {
+    /// How many sessions, messages, archived messages and compactions there are.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn check_totals(&self) -> Result<Totals, StoreError> {
+        let row = sqlx::query(
+            "SELECT (SELECT count(*) FROM sessions) AS sessions,
+                    (SELECT count(*) FROM messages) AS messages,
+                    (SELECT count(*) FROM archived_messages) AS archived,
+                    (SELECT count(*) FROM usage_events
+                     WHERE metadata @> '{\"summarization\": true}') AS compactions",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Totals {
+            sessions: row.try_get("sessions")?,
+            messages: row.try_get("messages")?,
+            archived_messages: row.try_get("archived")?,
+            compactions: row.try_get("compactions")?,
+        })
+    }
+
+    /// Every breach of `invariant`; empty when it holds.
+    ///
+    /// # Errors
+    /// When the database is unreachable or the query fails.
+    pub async fn breaches(&self, invariant: Invariant) -> Result<Vec<Finding>, StoreError> {
+        let Some(sql) = invariant.sql() else {
+            let drift = self.counter_drift().await?;
+            return Ok(drift.iter().map(drift_finding).collect());
+        };
+        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Finding {
+                    session_id: r.try_get(0)?,
+                    detail: r.try_get::<Option<String>, _>(1)?.unwrap_or_default(),
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
+    /// Sessions whose counters differ from their messages (a bypassed or disabled
+    /// trigger, a restore from an old dump), by session id. Writes nothing.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn counter_drift(&self) -> Result<Vec<CounterDrift>, StoreError> {
+        let rows = sqlx::query(COUNTER_DRIFT).fetch_all(&self.pool).await?;
+        drifts_from(&rows)
+    }
+
+    /// Recomputes drifted counters from the messages and writes them, in one transaction
+    /// that locks the drifted rows first: appends meanwhile wait for it and then count
+    /// themselves on top. Returns what it changed, stored (before) and actual (after).
+    /// A session that drifted back into line meanwhile is left alone and not returned.
+    ///
+    /// # Errors
+    /// When the database is unreachable; nothing is written then.
+    pub async fn repair_counters(&self) -> Result<Vec<CounterDrift>, StoreError> {
+        let drifted: Vec<String> = self
+            .counter_drift()
+            .await?
+            .into_iter()
+            .map(|d| d.session_id)
+            .collect();
+        if drifted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.pool.begin().await?;
+        // In session order, as the counting trigger updates them: no deadlock with a
+        // multi-session append.
+        sqlx::query(
+            "SELECT session_id FROM sessions WHERE session_id = ANY($1)
+             ORDER BY session_id FOR UPDATE",
+        )
+        .bind(&drifted)
+        .execute(&mut *tx)
+        .await?;
+        let rows = sqlx::query(REPAIR_COUNTERS)
+            .bind(&drifted)
+            .fetch_all(&mut *tx)
+            .await?;
+        let repaired = drifts_from(&rows)?;
+        tx.commit().await?;
+        Ok(repaired)
+    }
+}
+
+fn drift_finding(drift: &CounterDrift) -> Finding {
+    let stored = drift
+        .stored
+        .map_or_else(|| "none".to_owned(), |s| s.to_string());
+    Finding {
+        session_id: drift.session_id.clone(),
+        detail: format!("counters {stored}, messages {}", drift.actual),
+    }
+}
+
+fn drifts_from(rows: &[PgRow]) -> Result<Vec<CounterDrift>, StoreError> {
+    rows.iter()
+        .map(|r| {
+            let stored = match r.try_get::<Option<i64>, _>("stored_chars")? {
+                Some(total_chars) => Some(SessionCounts {
+                    total_chars,
+                    message_count: r.try_get("stored_count")?,
+                    human_turns: r.try_get("stored_turns")?,
+                }),
+                None => None,
+            };
+            Ok(CounterDrift {
+                session_id: r.try_get("session_id")?,
+                stored,
+                actual: SessionCounts {
+                    total_chars: r.try_get("chars")?,
+                    message_count: r.try_get("count")?,
+                    human_turns: r.try_get("turns")?,
+                },
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(Into::into)
+}
