@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt};
 use serde_json::json;
-use summarizer::client::Decision;
+use summarizer::client::{Decision, TurnClient};
 use summarizer::llm::{Extractive, LlmError, Summarizer, Summary};
 use summarizer::message::Message;
 use summarizer::outcome::{Reason, Status};
@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use wiremock::matchers::method;
 use wiremock::{Mock, ResponseTemplate};
 
+use crate::fixtures::NatsServer;
 use crate::helpers::{SUMMARY, TestApp, completion, eventually, setup, spawn_app_with};
 
 /// The extractive summarizer, except that the first time it is given a message holding
@@ -179,6 +180,39 @@ async fn a_5_mb_tool_output_is_compacted_while_other_sessions_are_answered() {
 }
 
 #[tokio::test]
+async fn a_drain_with_nats_gone_still_finishes_the_compaction_in_flight() {
+    let mut nats = NatsServer::start(&[]).await;
+    let mut app = setup(&[("NATS_URL", &nats.url()), ("SHUTDOWN_GRACE_MS", "5000")]).await;
+    app.llm_answers(SUMMARY, Duration::from_millis(1500)).await;
+    app.start_worker(&[]).await;
+    let client = TurnClient::new(
+        async_nats::connect(nats.url()).await.unwrap(),
+        app.env(&[])["NATS_SUBJECT"].clone(),
+    );
+    app.append_turns("s", 5).await;
+    let request =
+        tokio::spawn(async move { client.turn_starting("s", Duration::from_secs(10)).await });
+    app.until_llm_called(1).await;
+
+    // NATS goes away, then SIGTERM: the unsubscribe cannot be confirmed, but the
+    // compaction in flight must not wait on it.
+    nats.stop().await;
+    tokio::time::timeout(Duration::from_secs(15), app.stop_workers())
+        .await
+        .expect("the worker stops within the grace period and a margin");
+
+    assert_eq!(
+        app.usage_events("s").await.len(),
+        1,
+        "the compaction committed"
+    );
+    assert_eq!(app.lease_owner("s").await, None);
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+    request.abort();
+}
+
+#[tokio::test]
 async fn a_second_event_with_the_same_request_id_is_busy() {
     let app = spawn_app_with(&[]).await;
     app.llm_answers(SUMMARY, Duration::from_millis(800)).await;
@@ -256,4 +290,25 @@ async fn a_reused_request_id_cannot_release_the_lease_of_the_event_that_took_ove
     let report = app.check().await;
     assert!(report.is_clean(), "{report}");
     app.stop().await;
+}
+
+#[tokio::test]
+async fn a_compaction_still_running_when_the_grace_period_ends_gives_its_lease_back() {
+    let mut app = setup(&[("SHUTDOWN_GRACE_MS", "300"), ("LLM_TIMEOUT_MS", "20000")]).await;
+    app.llm_answers(SUMMARY, Duration::from_secs(20)).await;
+    app.start_worker(&[]).await;
+    app.append_turns("s", 5).await;
+    let _gave_up = app.turn_starting_in_background("s");
+    app.until_llm_called(1).await;
+    assert!(app.lease_owner("s").await.is_some());
+
+    app.stop_workers().await;
+
+    assert_eq!(
+        app.lease_owner("s").await,
+        None,
+        "the abandoned compaction gave its lease back"
+    );
+    assert!(app.usage_events("s").await.is_empty());
+    assert!(app.archived("s").await.is_empty());
 }
