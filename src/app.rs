@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Settings, redact_url};
 use crate::health::{Health, StartBackoff};
+use crate::llm::Summarizer;
 use crate::metrics::Metrics;
 use crate::store::{PgStore, is_unreachable};
 use crate::transport::{self, Server};
@@ -36,6 +37,30 @@ impl Application {
     /// When `DATABASE_URL` is not a Postgres URL, the summarizer cannot be built, or the
     /// HTTP address is taken.
     pub async fn build(settings: &Settings) -> anyhow::Result<Self> {
+        let metrics = Arc::new(Metrics::new(settings.concurrency));
+        let summarizer = llm::from_settings(&settings.llm, metrics.clone())?;
+        Self::build_with(settings, Arc::from(summarizer), metrics).await
+    }
+
+    /// [`Application::build`] with a summarizer of the caller's choosing instead of the
+    /// one `LLM_PROVIDER` names: the seam tests use to inject summarizers that misbehave
+    /// in ways a real provider cannot be made to on demand (a panic, say).
+    ///
+    /// # Errors
+    /// As [`Application::build`].
+    pub async fn build_with_summarizer(
+        settings: &Settings,
+        summarizer: Arc<dyn Summarizer>,
+    ) -> anyhow::Result<Self> {
+        let metrics = Arc::new(Metrics::new(settings.concurrency));
+        Self::build_with(settings, summarizer, metrics).await
+    }
+
+    async fn build_with(
+        settings: &Settings,
+        summarizer: Arc<dyn Summarizer>,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
         tracing::info!("effective configuration: {}", settings.redacted());
         if settings.lease_duration <= settings.llm.deadline {
             tracing::warn!(
@@ -50,8 +75,6 @@ impl Application {
             settings.database_acquire_timeout,
         )
         .context("DATABASE_URL")?;
-        let metrics = Arc::new(Metrics::new(settings.concurrency));
-        let summarizer = llm::from_settings(&settings.llm, metrics.clone())?;
         let policy = Policy {
             enabled: settings.enabled,
             limits: settings.limits,
@@ -61,7 +84,7 @@ impl Application {
         };
         let worker = Arc::new(Worker::new(
             store.clone(),
-            Arc::from(summarizer),
+            summarizer,
             policy,
             metrics.clone(),
         ));

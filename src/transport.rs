@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use async_nats::connection::State;
 use async_nats::{Client, ConnectErrorKind, ConnectOptions, Subscriber};
 use futures_util::StreamExt;
+use futures_util::future::{BoxFuture, FutureExt};
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -36,26 +38,61 @@ impl Server {
     /// it already routed here, finishes in-flight events within the grace period and
     /// flushes their replies.
     ///
-    /// Events run as futures of this one task rather than as tasks of their own: an
-    /// event is mostly waiting (Postgres, the LLM), and polling them together saves a
-    /// spawn and the cross-thread wake-ups that dominated the no-op path's profile.
+    /// Events run as futures of this one task rather than as tasks of their own: the
+    /// common event is a no-op answered from the counters, and polling them together
+    /// saves a spawn and the cross-thread wake-ups that dominated the no-op path's
+    /// profile. A compaction runs as a task of its own (see [`Worker::process`]), so a
+    /// slow, CPU-heavy or panicking one holds up nothing here.
+    ///
+    /// The drain is polled alongside the events, never awaited in place: with NATS
+    /// unreachable, confirming the unsubscribe can take the whole grace period, and the
+    /// events in flight must go on meanwhile.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut in_flight = FuturesUnordered::new();
-        let mut deadline = None;
+        let mut drain = None;
+        let mut confirming: Option<BoxFuture<'static, ()>> = None;
         let mut subscribed = true;
         while subscribed || !in_flight.is_empty() {
+            if drain
+                .as_ref()
+                .is_some_and(|d: &Drain| d.is_idle(&self.client))
+                && in_flight.is_empty()
+            {
+                tracing::warn!(
+                    "draining: NATS is unreachable, so no more events can arrive; stopping"
+                );
+                break;
+            }
             let room = in_flight.len() < self.concurrency;
+            let unsubscribe = drain.as_ref().is_some_and(|d| !d.unsubscribed);
             tokio::select! {
                 Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
-                message = self.subscriber.next(), if subscribed && room => match message {
-                    Some(message) => in_flight.push(handle(self.worker.clone(), self.client.clone(), message)),
+                step = next_step(&mut self.subscriber, unsubscribe), if subscribed && (room || unsubscribe) => match step {
+                    Step::Event(Some(message)) => in_flight.push(handle(self.worker.clone(), self.client.clone(), message)),
                     // Drained (or the connection closed for good).
-                    None => subscribed = false,
+                    Step::Event(None) => {
+                        subscribed = false;
+                        // The drain's own round trip ended it: the server has the unsubscribe.
+                        if confirming.take().is_some() {
+                            tracing::info!("draining: unsubscribed; finishing in-flight events");
+                        }
+                    }
+                    Step::Unsubscribed(result) => {
+                        if let Err(e) = result {
+                            tracing::warn!(error = %e, "could not drain the subscription");
+                        }
+                        if let Some(drain) = &mut drain {
+                            drain.unsubscribed = true;
+                            confirming = Some(confirm_unsubscribe(self.client.clone(), drain.deadline).boxed());
+                        }
+                    }
                 },
-                () = shutdown.cancelled(), if deadline.is_none() => {
-                    deadline = Some(self.start_drain().await);
+                () = shutdown.cancelled(), if drain.is_none() => {
+                    self.health.set_draining();
+                    drain = Some(Drain::new(self.shutdown_grace));
                 }
-                () = sleep_until_opt(deadline) => {
+                () = poll_opt(&mut confirming), if confirming.is_some() => confirming = None,
+                () = sleep_until_opt(drain.as_ref().map(|d| d.deadline)) => {
                     tracing::warn!(
                         in_flight = in_flight.len(),
                         "shutdown grace period over; abandoning in-flight events (their agents proceed on timeout)"
@@ -64,28 +101,86 @@ impl Server {
                 }
             }
         }
-        if let Err(e) = self.client.flush().await {
-            tracing::warn!(error = %e, "could not flush replies");
+        // Dropping an event's future leaves its compaction task running: have those give
+        // their leases back.
+        drop(in_flight);
+        self.worker.abandon_compactions(ABANDON_WAIT).await;
+        self.flush_replies().await;
+    }
+
+    /// Flushes the replies, unless NATS is unreachable: a flush would then wait for a
+    /// reconnection that may never come, and the replies are lost anyway.
+    async fn flush_replies(&self) {
+        if self.client.connection_state() != State::Connected {
+            tracing::warn!("NATS is unreachable: replies not yet sent are lost");
+            return;
+        }
+        match tokio::time::timeout(ABANDON_WAIT, self.client.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not flush replies"),
+            Err(_) => tracing::warn!("could not flush replies in time"),
+        }
+    }
+}
+
+/// How long, after the serving loop, abandoned compactions get to give their leases
+/// back, and the replies to be flushed: a few round trips each.
+const ABANDON_WAIT: Duration = Duration::from_secs(2);
+
+/// The drain's progress, from the shutdown signal on.
+struct Drain {
+    deadline: Instant,
+    /// The unsubscribe is queued in the client (not necessarily at the server yet).
+    unsubscribed: bool,
+}
+
+impl Drain {
+    fn new(grace: Duration) -> Self {
+        Self {
+            deadline: Instant::now() + grace,
+            unsubscribed: false,
         }
     }
 
-    /// Unsubscribes, so the queue group routes new events to other workers, while events
-    /// already sent here still arrive and are served. Returns when the grace period ends.
-    async fn start_drain(&mut self) -> Instant {
-        let deadline = Instant::now() + self.shutdown_grace;
-        self.health.set_draining();
-        if let Err(e) = self.subscriber.drain().await {
-            tracing::warn!(error = %e, "could not drain the subscription");
-        }
-        // The unsubscribe is only queued; a round trip makes sure the server has it, so
-        // that from the log line on, new events go to the other workers.
-        match tokio::time::timeout_at(deadline, self.client.flush()).await {
-            Ok(Ok(())) => tracing::info!("draining: unsubscribed; finishing in-flight events"),
-            _ => tracing::warn!(
-                "draining: the unsubscribe may not have reached NATS; finishing in-flight events"
-            ),
-        }
-        deadline
+    /// Whether nothing more can arrive: the unsubscribe is queued and the connection is
+    /// down, so NATS can route nothing here; waiting out the grace period for the
+    /// unsubscribe's confirmation would only delay the exit.
+    fn is_idle(&self, client: &Client) -> bool {
+        self.unsubscribed && client.connection_state() != State::Connected
+    }
+}
+
+/// What the subscription gave: an event (or its end), or the drain's unsubscribe queued.
+enum Step {
+    Event(Option<async_nats::Message>),
+    Unsubscribed(Result<(), async_nats::UnsubscribeError>),
+}
+
+/// One step on the subscription: queue the unsubscribe when `unsubscribe`, else read the
+/// next event. One function, because both need the subscriber mutably.
+async fn next_step(subscriber: &mut Subscriber, unsubscribe: bool) -> Step {
+    if unsubscribe {
+        Step::Unsubscribed(subscriber.drain().await)
+    } else {
+        Step::Event(subscriber.next().await)
+    }
+}
+
+/// Makes sure the server has the unsubscribe (a round trip), so that from the log line
+/// on, new events go to the other workers.
+async fn confirm_unsubscribe(client: Client, deadline: Instant) {
+    match tokio::time::timeout_at(deadline, client.flush()).await {
+        Ok(Ok(())) => tracing::info!("draining: unsubscribed; finishing in-flight events"),
+        _ => tracing::warn!(
+            "draining: the unsubscribe may not have reached NATS; finishing in-flight events"
+        ),
+    }
+}
+
+async fn poll_opt(future: &mut Option<BoxFuture<'static, ()>>) {
+    match future {
+        Some(future) => future.await,
+        None => std::future::pending().await,
     }
 }
 

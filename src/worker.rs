@@ -6,12 +6,17 @@
 //! summarize with no connection held, then commit in one fenced transaction.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tokio::task::JoinError;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::config::Limits;
-use crate::llm::{LlmError, Summarizer};
+use crate::llm::{LlmError, Summarizer, Summary};
 use crate::message::{Message, char_count};
 use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
@@ -67,6 +72,12 @@ pub struct Worker {
     policy: Policy,
     /// Distinguishes this process's leases from other workers' in `sessions.lease_owner`.
     id: String,
+    /// Numbers this process's compactions, so each holds a lease owner of its own.
+    events: AtomicU64,
+    /// The compactions running as tasks of their own, for the drain to wait on.
+    tasks: TaskTracker,
+    /// Fired when the grace period is over: running compactions give their leases back.
+    abandon: CancellationToken,
 }
 
 impl Worker {
@@ -85,6 +96,9 @@ impl Worker {
             summarizer,
             policy,
             id: format!("{host}-{}-{:04x}", std::process::id(), fastrand::u16(..)),
+            events: AtomicU64::new(0),
+            tasks: TaskTracker::new(),
+            abandon: CancellationToken::new(),
         }
     }
 
@@ -96,7 +110,9 @@ impl Worker {
         &self.metrics
     }
 
-    pub async fn process(&self, event: &Event) -> Processed {
+    /// Answers one event. The cheap part (the counters) runs on the caller's task; a
+    /// compaction runs as a task of its own (see [`Worker::compact_in_task`]).
+    pub async fn process(self: &Arc<Self>, event: &Event) -> Processed {
         let started = Instant::now();
         let (outcome, session_chars) = self.decide(event).await;
         Processed {
@@ -106,7 +122,29 @@ impl Worker {
         }
     }
 
-    async fn decide(&self, event: &Event) -> (Outcome, Option<i64>) {
+    /// Called once the serving loop has stopped: cancels the compactions still running
+    /// (their events were abandoned when the grace period ran out), which rolls back
+    /// what they had not committed and gives their leases back, and waits up to
+    /// `within` for that.
+    pub async fn abandon_compactions(&self, within: Duration) {
+        self.tasks.close();
+        if self.tasks.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            running = self.tasks.len(),
+            "abandoning the compactions still running; releasing their leases"
+        );
+        self.abandon.cancel();
+        if tokio::time::timeout(within, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("some leases were not released in time; they will expire");
+        }
+    }
+
+    async fn decide(self: &Arc<Self>, event: &Event) -> (Outcome, Option<i64>) {
         if !self.policy.enabled {
             return (Outcome::Skipped(Reason::Disabled), None);
         }
@@ -132,17 +170,96 @@ impl Worker {
 
         // Boxed: the compaction's state machine is kilobytes, and kept inline it made every
         // event's future that large, no-op or not (memmove topped the worker's profile).
-        (Box::pin(self.lease_and_compact(event)).await, chars)
+        (Box::pin(self.compact_in_task(event)).await, chars)
+    }
+
+    /// Runs [`Worker::lease_and_compact`] as a task of its own, so that a slow or
+    /// CPU-heavy compaction never stalls the serving task's other events, and a panic
+    /// in it fails this event alone. A panic is answered `failed/llm_error` (the wire
+    /// contract has no reason for a bug; the summarizer is where one is likeliest) and
+    /// the lease is released with a backoff, as after an LLM failure, so that a session
+    /// that trips a bug is not retried every turn.
+    async fn compact_in_task(self: &Arc<Self>, event: &Event) -> Outcome {
+        let owner = self.new_lease_owner();
+        let task = {
+            let (worker, event, owner) = (self.clone(), event.clone(), owner.clone());
+            let abandon = self.abandon.clone();
+            self.tasks.spawn(
+                async move {
+                    tokio::select! {
+                        outcome = worker.lease_and_compact(&event, &owner) => outcome,
+                        () = abandon.cancelled() => worker.abandoned(&event, &owner).await,
+                    }
+                }
+                .in_current_span(),
+            )
+        };
+        match task.await {
+            Ok(outcome) => outcome,
+            Err(e) => self.compaction_died(event, &owner, e).await,
+        }
+    }
+
+    /// A lease owner no client can choose or repeat: the worker's id and a number this
+    /// process never hands out twice.
+    fn new_lease_owner(&self) -> String {
+        let n = self.events.fetch_add(1, Ordering::Relaxed);
+        format!("{}/{n:x}", self.id)
+    }
+
+    /// The compaction task panicked (or was cancelled with the runtime): the session is
+    /// unchanged, since the commit is one transaction, and the lease is given back.
+    async fn compaction_died(&self, event: &Event, owner: &str, error: JoinError) -> Outcome {
+        let rid = &event.request_id;
+        let detail = if error.is_panic() {
+            format!(
+                "the compaction panicked: {}",
+                panic_message(error.into_panic())
+            )
+        } else {
+            "the compaction task was cancelled".to_owned()
+        };
+        tracing::error!("[{rid}] summarizer: compaction failed, session unchanged: {detail}");
+        if let Err(e) = self
+            .store
+            .record_failure(
+                &event.session_id,
+                owner,
+                self.policy.failure_backoff,
+                self.policy.failure_backoff_max,
+            )
+            .await
+        {
+            lease_not_released(rid, &e);
+        }
+        Outcome::Failed {
+            reason: Reason::LlmError,
+            detail,
+        }
+    }
+
+    /// The grace period ended with this compaction still running: it is dropped (an open
+    /// transaction rolls back) and its lease given back, so that the session need not
+    /// wait for the lease to expire.
+    async fn abandoned(&self, event: &Event, owner: &str) -> Outcome {
+        let rid = &event.request_id;
+        tracing::warn!("[{rid}] summarizer: abandoned at shutdown, session unchanged");
+        if let Err(e) = self.store.release_lease(&event.session_id, owner).await {
+            lease_not_released(rid, &e);
+        }
+        Outcome::Failed {
+            reason: Reason::LlmError,
+            detail: "abandoned at shutdown".to_owned(),
+        }
     }
 
     /// Takes the lease (loading the messages with it), compacts, and gives the lease back
     /// unless the commit did.
-    async fn lease_and_compact(&self, event: &Event) -> Outcome {
+    async fn lease_and_compact(&self, event: &Event, owner: &str) -> Outcome {
         let started = Instant::now();
-        let owner = format!("{}/{}", self.id, event.request_id);
         let loaded = match self
             .store
-            .take_lease_and_load(&event.session_id, &owner, self.policy.lease_duration)
+            .take_lease_and_load(&event.session_id, owner, self.policy.lease_duration)
             .await
         {
             Ok(Some(loaded)) => loaded,
@@ -150,7 +267,7 @@ impl Worker {
             Err(e) => return store_failure(event, "taking the lease", &e),
         };
         let counted = loaded.counted();
-        let outcome = self.compact(event, &owner, loaded).await;
+        let outcome = self.compact(event, owner, loaded).await;
         // The commit released the lease on success; otherwise it would block the session
         // until it expires. An LLM failure also starts the session's backoff.
         let released = match &outcome {
@@ -166,7 +283,7 @@ impl Worker {
                 self.store
                     .record_failure(
                         &event.session_id,
-                        &owner,
+                        owner,
                         self.policy.failure_backoff,
                         self.policy.failure_backoff_max,
                     )
@@ -174,17 +291,13 @@ impl Worker {
             }
             Outcome::Skipped(reason) => {
                 self.store
-                    .release_lease_remembering(&event.session_id, &owner, *reason, counted)
+                    .release_lease_remembering(&event.session_id, owner, *reason, counted)
                     .await
             }
-            _ => self.store.release_lease(&event.session_id, &owner).await,
+            _ => self.store.release_lease(&event.session_id, owner).await,
         };
         if let Err(e) = released {
-            tracing::warn!(
-                "[{}] could not release the lease; it will expire: {}",
-                event.request_id,
-                crate::error_chain(&e)
-            );
+            lease_not_released(&event.request_id, &e);
         }
         outcome
     }
@@ -193,66 +306,77 @@ impl Worker {
     async fn compact(&self, event: &Event, owner: &str, loaded: Loaded) -> Outcome {
         let started = Instant::now();
         let rid = &event.request_id;
-        let Loaded {
-            messages,
-            fingerprints,
-        } = loaded;
-        let split = match planner::plan(&messages, self.policy.limits) {
-            Ok(split) => split,
-            Err(reason) => return Outcome::Skipped(reason),
+        let plan = match plan_off_thread(loaded, self.policy.limits).await {
+            Ok(plan) => plan,
+            Err(outcome) => return outcome,
         };
-        let total: i64 = messages.iter().map(|m| m.chars).sum();
-        let chars_removed = split.chars_removed(&messages);
-        let messages_kept = split.messages_kept(&messages) as i64;
-        let cut_seq = messages[split.cut].seq;
-        let (removed_seqs, removed_chars) =
-            split.removed(&messages).map(|m| (m.seq, m.chars)).unzip();
-        let removed_fingerprints = (split.removed.iter())
-            .filter_map(|&i| fingerprints.get(i).cloned())
-            .collect();
         tracing::info!(
-            "[{rid}] summarizer: session={total} chars, removing {} msgs ({chars_removed} chars), keeping {messages_kept} msgs",
-            split.removed.len()
+            "[{rid}] summarizer: session={} chars, removing {} msgs ({} chars), keeping {} msgs",
+            plan.session_chars,
+            plan.old.len(),
+            plan.chars_removed,
+            plan.messages_kept
         );
-        let old = take_removed(messages, &split.removed);
-
-        let asked = Instant::now();
-        let summarized = self.summarizer.summarize(&old).await;
-        self.metrics.llm_took(asked.elapsed().as_secs_f64());
-        let summary = match summarized {
-            Ok(summary) => summary,
-            Err(e) => {
-                self.metrics.llm_failed(match e {
-                    LlmError::Transient { .. } => "transient",
-                    LlmError::Rejected { .. } => "rejected",
-                    LlmError::Invalid(_) => "invalid_response",
-                });
-                return llm_failure(rid, e.to_string());
-            }
-        };
-        let text = match summary::check(&summary.text, chars_removed) {
-            Ok(text) => text,
-            Err(e) => {
-                self.metrics.llm_failed("invalid_summary");
-                return llm_failure(rid, e.to_string());
-            }
+        let (summary, text) = match self.summarize_and_check(rid, &plan).await {
+            Ok(summarized) => summarized,
+            Err(failed) => return failed,
         };
         let new = NewSummary {
             session_id: &event.session_id,
             lease_owner: owner,
-            cut_seq,
-            removed_seqs,
-            removed_chars,
-            removed_fingerprints,
+            cut_seq: plan.cut_seq,
+            removed_seqs: plan.removed_seqs,
+            removed_chars: plan.removed_chars,
+            removed_fingerprints: plan.removed_fingerprints,
             text: &text,
             model: &summary.model,
             prompt_tokens: summary.prompt_tokens,
             completion_tokens: summary.completion_tokens,
-            messages_kept,
+            messages_kept: plan.messages_kept,
             request_id: rid,
             duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
         };
-        let compaction_id = match self.store.commit(&new).await {
+        self.commit(event, &new, plan.chars_removed, started).await
+    }
+
+    /// Asks the summarizer for the old part's summary and checks it against the
+    /// template. `Err` is the `failed/llm_error` outcome, already logged and counted.
+    async fn summarize_and_check(
+        &self,
+        rid: &str,
+        plan: &Plan,
+    ) -> Result<(Summary, String), Outcome> {
+        let asked = Instant::now();
+        let summarized = self.summarizer.summarize(&plan.old).await;
+        self.metrics.llm_took(asked.elapsed().as_secs_f64());
+        let summary = summarized.map_err(|e| {
+            self.metrics.llm_failed(match e {
+                LlmError::Transient { .. } => "transient",
+                LlmError::Rejected { .. } => "rejected",
+                LlmError::Invalid(_) => "invalid_response",
+            });
+            llm_failure(rid, e.to_string())
+        })?;
+        match summary::check(&summary.text, plan.chars_removed) {
+            Ok(text) => Ok((summary, text)),
+            Err(e) => {
+                self.metrics.llm_failed("invalid_summary");
+                Err(llm_failure(rid, e.to_string()))
+            }
+        }
+    }
+
+    /// Writes the summary in one fenced transaction; a lost lease or a changed prefix
+    /// writes nothing and is answered `skipped/conflict`.
+    async fn commit(
+        &self,
+        event: &Event,
+        new: &NewSummary<'_>,
+        chars_removed: i64,
+        started: Instant,
+    ) -> Outcome {
+        let rid = &event.request_id;
+        let compaction_id = match self.store.commit(new).await {
             Ok(id) => id,
             Err(CommitError::Store(e)) => return store_failure(event, "committing", &e),
             Err(conflict) => {
@@ -266,7 +390,7 @@ impl Worker {
                 return Outcome::Skipped(Reason::Conflict);
             }
         };
-        let summary_chars = char_count(&text);
+        let summary_chars = char_count(new.text);
         tracing::info!(
             "[{rid}] summarizer done: -{chars_removed} chars, summary {summary_chars} chars, {}ms",
             started.elapsed().as_millis()
@@ -275,10 +399,76 @@ impl Worker {
             compaction_id,
             messages_removed: new.removed_seqs.len() as i64,
             chars_removed,
-            messages_kept,
+            messages_kept: new.messages_kept,
             summary_chars,
         })
     }
+}
+
+/// A planned compaction, with what the log line, the summarizer and the commit need.
+#[derive(Debug)]
+struct Plan {
+    /// The messages the summary replaces, oldest first.
+    old: Vec<Message>,
+    session_chars: i64,
+    chars_removed: i64,
+    messages_kept: i64,
+    cut_seq: i64,
+    removed_seqs: Vec<i64>,
+    removed_chars: Vec<i64>,
+    /// The removed rows' fingerprints at load, which the commit checks.
+    removed_fingerprints: Vec<String>,
+}
+
+/// Histories larger than this are planned on the blocking pool: planning is linear, but
+/// over megabytes it takes long enough to stall other tasks on the same thread, while
+/// for the usual history the hop would cost more than the planning.
+const PLAN_OFF_THREAD_CHARS: i64 = 1 << 20;
+
+/// [`plan`], on the blocking pool for a large history.
+/// `Err` is the outcome to answer: the skip reason, or a failure.
+async fn plan_off_thread(loaded: Loaded, limits: Limits) -> Result<Plan, Outcome> {
+    let chars: i64 = loaded.messages.iter().map(|m| m.chars).sum();
+    let planned = if chars <= PLAN_OFF_THREAD_CHARS {
+        plan(loaded, limits)
+    } else {
+        match tokio::task::spawn_blocking(move || plan(loaded, limits)).await {
+            Ok(planned) => planned,
+            // The compaction's task catches the panic (see `Worker::compact_in_task`).
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // The blocking pool cancels a task only when the runtime shuts down.
+            Err(_) => {
+                return Err(Outcome::Failed {
+                    reason: Reason::LlmError,
+                    detail: "planning was cancelled at shutdown".to_owned(),
+                });
+            }
+        }
+    };
+    planned.map_err(Outcome::Skipped)
+}
+
+/// Plans the compaction of the loaded history and moves the old part out of it.
+fn plan(loaded: Loaded, limits: Limits) -> Result<Plan, Reason> {
+    let Loaded {
+        messages,
+        fingerprints,
+    } = loaded;
+    let split = planner::plan(&messages, limits)?;
+    let (removed_seqs, removed_chars) = split.removed(&messages).map(|m| (m.seq, m.chars)).unzip();
+    let removed_fingerprints = (split.removed.iter())
+        .filter_map(|&i| fingerprints.get(i).cloned())
+        .collect();
+    Ok(Plan {
+        removed_fingerprints,
+        session_chars: messages.iter().map(|m| m.chars).sum(),
+        chars_removed: split.chars_removed(&messages),
+        messages_kept: split.messages_kept(&messages) as i64,
+        cut_seq: messages[split.cut].seq,
+        removed_seqs,
+        removed_chars,
+        old: take_removed(messages, &split.removed),
+    })
 }
 
 /// Moves the removed messages out of `messages`, oldest first.
@@ -297,6 +487,23 @@ fn llm_failure(rid: &str, detail: String) -> Outcome {
     Outcome::Failed {
         reason: Reason::LlmError,
         detail,
+    }
+}
+
+fn lease_not_released(rid: &str, error: &dyn std::error::Error) {
+    tracing::warn!(
+        "[{rid}] could not release the lease; it will expire: {}",
+        crate::error_chain(error)
+    );
+}
+
+/// The text a panic was raised with, when it was a string.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(text) => *text,
+        Err(payload) => payload
+            .downcast_ref::<&str>()
+            .map_or_else(|| "(no message)".to_owned(), |text| (*text).to_owned()),
     }
 }
 

@@ -20,8 +20,23 @@ pub struct Extractive;
 
 impl Summarizer for Extractive {
     fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        // Pure CPU work over a few hundred KB at most: no need to leave the task.
-        futures_util::future::ready(summarize(old)).boxed()
+        // Linear, but the old part may hold megabytes of tool output: on the blocking
+        // pool, so that the async threads go on serving other events meanwhile. The copy
+        // costs less than the summarizing.
+        let old = old.to_vec();
+        async move {
+            match tokio::task::spawn_blocking(move || summarize(&old)).await {
+                Ok(summarized) => summarized,
+                // A panic stays a panic: the compaction's task turns it into `failed`.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // The blocking pool cancels a task only when the runtime shuts down.
+                Err(_) => Err(LlmError::Transient {
+                    cause: "summarizing was cancelled at shutdown".to_owned(),
+                    retry_after: None,
+                }),
+            }
+        }
+        .boxed()
     }
 }
 
@@ -51,6 +66,16 @@ const BUDGETS: [Budget; 4] = [
         line: 40,
     },
 ];
+
+/// The most any budget takes of each section: candidates past these are never shown,
+/// so they are not kept, which also keeps the de-duplication constant-time per line.
+const MAX_FINDINGS: usize = BUDGETS[0].findings;
+const MAX_RULED_OUT: usize = BUDGETS[0].ruled_out;
+
+/// Candidate lines are judged and kept by their first this many characters: more than
+/// any budget shows, and it bounds the work and memory one huge line (a minified JSON
+/// dump, say) can cost.
+const MAX_LINE_CHARS: usize = 1000;
 
 #[derive(Clone, Copy)]
 struct Budget {
@@ -112,26 +137,29 @@ impl Parts {
         // tool output lines fill what room is left.
         let mut from_tools = Vec::new();
         for m in old {
-            let units = match m.role {
-                Role::Assistant => sentences(&m.content),
-                Role::Tool => m.content.lines().map(one_line).collect(),
+            if findings.len() >= MAX_FINDINGS && ruled_out.len() >= MAX_RULED_OUT {
+                break; // nothing later can be shown
+            }
+            let units: Box<dyn Iterator<Item = String>> = match m.role {
+                Role::Assistant => Box::new(sentences(&m.content)),
+                Role::Tool => Box::new(m.content.lines().map(one_line)),
                 Role::System | Role::User => continue,
             };
-            for unit in units.into_iter().filter(|u| u.chars().count() >= 12) {
+            for unit in units.filter(|u| u.chars().count() >= 12) {
                 if rules_out(&unit) {
-                    push_new(&mut ruled_out, unit);
+                    push_new(&mut ruled_out, unit, MAX_RULED_OUT);
                 } else if is_specific(&unit) {
                     let list = if m.role == Role::Tool {
                         &mut from_tools
                     } else {
                         &mut findings
                     };
-                    push_new(list, unit);
+                    push_new(list, unit, MAX_FINDINGS);
                 }
             }
         }
         for line in from_tools {
-            push_new(&mut findings, line);
+            push_new(&mut findings, line, MAX_FINDINGS);
         }
 
         let current_state = old
@@ -198,26 +226,46 @@ fn earlier_findings(summary: &str) -> Vec<String> {
         .skip(1)
         .map_while(|line| line.trim().strip_prefix("- "))
         .map(one_line)
+        .take(MAX_FINDINGS)
         .collect()
 }
 
-fn push_new(list: &mut Vec<String>, line: String) {
-    if !list.contains(&line) {
+/// Adds `line` unless it is there already or `list` holds `max` lines: at most `max`
+/// comparisons, however many lines the old part has.
+fn push_new(list: &mut Vec<String>, line: String, max: usize) {
+    if list.len() < max && !list.contains(&line) {
         list.push(line);
     }
 }
 
 /// Sentences and lines, each on one line.
-fn sentences(text: &str) -> Vec<String> {
+fn sentences(text: &str) -> impl Iterator<Item = String> + '_ {
     text.lines()
         .flat_map(|line| line.split_inclusive(". "))
         .map(one_line)
-        .collect()
 }
 
-/// Whitespace collapsed to single spaces.
+/// Whitespace collapsed to single spaces, and at most [`MAX_LINE_CHARS`] characters:
+/// the rest of the text is not even read.
 fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    let mut out = String::new();
+    let mut room = MAX_LINE_CHARS;
+    for word in text.split_whitespace() {
+        if !out.is_empty() {
+            if room == 0 {
+                break;
+            }
+            out.push(' ');
+            room -= 1;
+        }
+        let end = word.char_indices().nth(room).map_or(word.len(), |(i, _)| i);
+        out.push_str(&word[..end]);
+        room -= word[..end].chars().count();
+        if room == 0 {
+            break;
+        }
+    }
+    out
 }
 
 fn clip(text: &str, max_chars: usize) -> String {
@@ -346,6 +394,57 @@ mod tests {
         assert!(text.starts_with("**Investigating:** 502s on checkout\n"));
         assert!(text.contains("**Key findings:**\n- pool at 100/100 at 14:05\n"));
         assert!(text.contains("**Ruled out:** DNS; DNS resolution looks normal"));
+    }
+
+    /// About `bytes` of distinct log lines, each "specific" (digits, an error word).
+    fn log_dump(bytes: usize) -> String {
+        let mut dump = String::with_capacity(bytes + 100);
+        let mut n = 0;
+        while dump.len() < bytes {
+            dump.push_str(&format!("{n:08} ERROR svc-{} upstream reset\n", n % 97));
+            n += 1;
+        }
+        dump
+    }
+
+    #[test]
+    fn megabytes_of_distinct_tool_lines_are_summarized_in_linear_time() {
+        // Every line used to be compared with every line kept before it: 5 MB of
+        // distinct lines took minutes. Now each line costs at most MAX_FINDINGS
+        // comparisons, and this finishes in about the time it takes to read the input.
+        let mut old = incident();
+        old[2] = msg(Role::Tool, &log_dump(5_000_000));
+        let text = summarize(&old).unwrap().text;
+        assert!(
+            text.contains("- 00000000 ERROR svc-0 upstream reset\n"),
+            "{text}"
+        );
+        assert!(text.contains("- orders_db shows 480 active connections"));
+    }
+
+    #[test]
+    fn a_huge_single_line_is_judged_and_kept_by_its_start() {
+        let huge = format!("{} {}", "0xdeadbeef-".repeat(500_000), "no errors");
+        assert_eq!(one_line(&huge).chars().count(), MAX_LINE_CHARS);
+        let mut old = incident();
+        old[2] = msg(Role::Tool, &huge);
+        let text = summarize(&old).unwrap().text;
+        // Its start has digits (a finding); its end's negation is never reached.
+        assert!(text.contains("- 0xdeadbeef-0xdeadbeef-"), "{text}");
+        assert!(!text.contains("no errors"));
+    }
+
+    #[test]
+    fn one_line_collapses_whitespace_within_the_bound() {
+        assert_eq!(one_line("  a\t b \n\n c  "), "a b c");
+        let words = "ab ".repeat(MAX_LINE_CHARS);
+        let line = one_line(&words);
+        assert_eq!(line.chars().count(), MAX_LINE_CHARS);
+        assert!(line.starts_with("ab ab"));
+        assert_eq!(
+            one_line(&"é".repeat(MAX_LINE_CHARS + 5)).chars().count(),
+            MAX_LINE_CHARS
+        );
     }
 
     #[test]

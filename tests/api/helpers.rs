@@ -14,6 +14,7 @@ use summarizer::app::Application;
 use summarizer::client::{Decision, TurnClient};
 use summarizer::config::Settings;
 use summarizer::health::Health;
+use summarizer::llm::Summarizer;
 use summarizer::protocol::Reply;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -200,6 +201,29 @@ impl TestApp {
         let settings =
             Settings::from_sources(None, Some(self.env(overrides))).expect("test settings");
         let app = Application::build(&settings).await.expect("worker starts");
+        self.run_worker(app)
+    }
+
+    /// Starts an in-process worker that summarizes with `summarizer` instead of the
+    /// configured provider, and waits until it is ready.
+    pub async fn start_worker_with_summarizer(
+        &mut self,
+        summarizer: Arc<dyn Summarizer>,
+        overrides: &[(&str, &str)],
+    ) -> Arc<Health> {
+        let settings =
+            Settings::from_sources(None, Some(self.env(overrides))).expect("test settings");
+        let app = Application::build_with_summarizer(&settings, summarizer)
+            .await
+            .expect("worker starts");
+        let health = self.run_worker(app);
+        tokio::time::timeout(Duration::from_secs(10), health.wait_until_ready())
+            .await
+            .expect("the worker is ready within 10 s");
+        health
+    }
+
+    fn run_worker(&mut self, app: Application) -> Arc<Health> {
         self.http_addr = self.http_addr.or(app.http_addr());
         let health = app.health();
         let shutdown = CancellationToken::new();
@@ -409,8 +433,13 @@ impl TestApp {
     }
 
     /// Stops the in-process workers as SIGTERM would and waits for them to finish.
-    pub async fn stop(self) {
-        for (shutdown, worker) in self.workers {
+    pub async fn stop(mut self) {
+        self.stop_workers().await;
+    }
+
+    /// [`TestApp::stop`], keeping the database and the fake LLM for the test to inspect.
+    pub async fn stop_workers(&mut self) {
+        for (shutdown, worker) in self.workers.drain(..) {
             shutdown.cancel();
             worker.await.unwrap().unwrap();
         }

@@ -12,6 +12,7 @@ mod concurrency;
 mod fixtures;
 mod fleet;
 mod helpers;
+mod isolation;
 mod llm;
 mod operations;
 mod outages;
