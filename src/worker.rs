@@ -21,7 +21,7 @@ use crate::message::{Message, char_count};
 use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
 use crate::planner;
-use crate::store::{CommitError, CounterReader, Loaded, NewSummary, PgStore};
+use crate::store::{CommitError, CounterReader, Loaded, NewSummary, PgStore, StoreError};
 use crate::summary;
 
 /// What a worker needs to know of the settings.
@@ -220,16 +220,7 @@ impl Worker {
             "the compaction task was cancelled".to_owned()
         };
         tracing::error!("[{rid}] summarizer: compaction failed, session unchanged: {detail}");
-        if let Err(e) = self
-            .store
-            .record_failure(
-                &event.session_id,
-                owner,
-                self.policy.failure_backoff,
-                self.policy.failure_backoff_max,
-            )
-            .await
-        {
+        if let Err(e) = self.release_backing_off(event, owner).await {
             lease_not_released(rid, &e);
         }
         Outcome::Failed {
@@ -251,6 +242,19 @@ impl Worker {
             reason: Reason::LlmError,
             detail: "abandoned at shutdown".to_owned(),
         }
+    }
+
+    /// Gives the lease back after a failure and puts the session in backoff, so that a
+    /// session that keeps failing is not summarized again on every turn.
+    async fn release_backing_off(&self, event: &Event, owner: &str) -> Result<(), StoreError> {
+        self.store
+            .record_failure(
+                &event.session_id,
+                owner,
+                self.policy.failure_backoff,
+                self.policy.failure_backoff_max,
+            )
+            .await
     }
 
     /// Takes the lease (loading the messages with it), compacts, and gives the lease back
@@ -279,16 +283,7 @@ impl Worker {
             Outcome::Failed {
                 reason: Reason::LlmError,
                 ..
-            } => {
-                self.store
-                    .record_failure(
-                        &event.session_id,
-                        owner,
-                        self.policy.failure_backoff,
-                        self.policy.failure_backoff_max,
-                    )
-                    .await
-            }
+            } => self.release_backing_off(event, owner).await,
             Outcome::Skipped(reason) => {
                 self.store
                     .release_lease_remembering(&event.session_id, owner, *reason, counted)
