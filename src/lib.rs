@@ -14,7 +14,8 @@
 //! - [`outcome`]: what happened to an event: the vocabulary of replies, logs and tests;
 //!   [`protocol`]: the wire request and reply, with validation. Both come from the
 //!   `summarizer-client` crate, which agents embed, so the two sides share one contract.
-//! - [`llm`]: summarizers: the offline extractive one and an OpenAI-compatible client.
+//! - [`llm`]: summarizers: the offline extractive one, OpenAI-compatible and Anthropic
+//!   clients, the extractive fallback, and the prompt.
 //! - [`store`]: Postgres: counters, the lease, the fenced commit, the aggregates.
 //! - [`worker`]: one event start to finish ([`worker::Worker::process`]).
 //! - [`transport`]: the NATS queue-group loop, bounded, with drain on shutdown.

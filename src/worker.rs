@@ -16,8 +16,8 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::Limits;
-use crate::llm::{LlmError, Summarizer, Summary};
-use crate::message::{Message, char_count};
+use crate::llm::{Summarizer, Summary};
+use crate::message::{Message, Role, char_count};
 use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
 use crate::planner;
@@ -327,6 +327,8 @@ impl Worker {
             model: &summary.model,
             prompt_tokens: summary.prompt_tokens,
             completion_tokens: summary.completion_tokens,
+            prompt_version: summary.prompt_version.as_deref(),
+            fallback_reason: summary.fallback_reason.as_deref(),
             messages_kept: plan.messages_kept,
             request_id: rid,
             duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
@@ -342,14 +344,12 @@ impl Worker {
         plan: &Plan,
     ) -> Result<(Summary, String), Outcome> {
         let asked = Instant::now();
-        let summarized = self.summarizer.summarize(&plan.old).await;
+        let summarized = (self.summarizer)
+            .summarize_in_context(&plan.context, &plan.old)
+            .await;
         self.metrics.llm_took(asked.elapsed().as_secs_f64());
         let summary = summarized.map_err(|e| {
-            self.metrics.llm_failed(match e {
-                LlmError::Transient { .. } => "transient",
-                LlmError::Rejected { .. } => "rejected",
-                LlmError::Invalid(_) => "invalid_response",
-            });
+            self.metrics.llm_failed(e.metric_cause());
             llm_failure(rid, e.to_string())
         })?;
         match summary::check(&summary.text, plan.chars_removed) {
@@ -405,6 +405,8 @@ impl Worker {
 struct Plan {
     /// The messages the summary replaces, oldest first.
     old: Vec<Message>,
+    /// The system messages before the cut, which stay: the summarizer's context.
+    context: Vec<Message>,
     session_chars: i64,
     chars_removed: i64,
     messages_kept: i64,
@@ -460,6 +462,10 @@ fn plan(loaded: Loaded, limits: Limits) -> Result<Plan, Reason> {
         chars_removed: split.chars_removed(&messages),
         messages_kept: split.messages_kept(&messages) as i64,
         cut_seq: messages[split.cut].seq,
+        context: (messages[..split.cut].iter())
+            .filter(|m| m.role == Role::System)
+            .cloned()
+            .collect(),
         removed_seqs,
         removed_chars,
         old: take_removed(messages, &split.removed),

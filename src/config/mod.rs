@@ -29,7 +29,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use secret::{REDACTED, Secret, redact_url, url_credentials, url_secrets};
-pub use sections::{Limits, LlmSettings, NatsAuth, Provider};
+pub use sections::{FallbackMode, Limits, LlmSettings, NatsAuth, Provider};
 pub use table::{Kind, SETTINGS, Setting};
 
 use sections::{Database, Fleet, Nats};

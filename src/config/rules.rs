@@ -20,9 +20,13 @@ impl Settings {
             );
         }
         let llm = &self.llm;
-        if llm.provider == Provider::OpenAi {
+        if llm.provider != Provider::Extractive {
+            let provider = llm.provider.as_str();
             if llm.api_key.is_empty() {
-                return fail(&LLM_API_KEY, "is required when LLM_PROVIDER=openai".into());
+                return fail(
+                    &LLM_API_KEY,
+                    format!("is required when LLM_PROVIDER={provider}"),
+                );
             }
             let http = url::Url::parse(&llm.base_url)
                 .is_ok_and(|url| matches!(url.scheme(), "http" | "https"));
@@ -30,12 +34,6 @@ impl Settings {
                 // Printed before anything else is: redacted like every other URL.
                 let got = redact_url(&llm.base_url);
                 return fail(&LLM_BASE_URL, format!("must be an http(s) URL, got {got}"));
-            }
-            if llm.model.is_empty() {
-                return fail(
-                    &LLM_MODEL,
-                    "must not be empty when LLM_PROVIDER=openai".into(),
-                );
             }
         }
         if llm.retry_max_delay < llm.retry_min_delay {

@@ -4,13 +4,14 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
 use super::source::Raw;
 use super::table::*;
 use super::{ConfigError, LogFormat, Secret, redact_url};
+use crate::llm::prompt::Prompt;
 
 /// When and how much to compact (DESIGN.md section 3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +114,34 @@ pub enum Provider {
     Extractive,
     /// Any OpenAI-compatible `/chat/completions` endpoint.
     OpenAi,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Extractive => "extractive",
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    /// `LLM_BASE_URL` when it is left empty: the provider's own API.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            Self::Extractive | Self::OpenAi => "https://api.openai.com/v1",
+            Self::Anthropic => "https://api.anthropic.com/v1",
+        }
+    }
+
+    /// `LLM_MODEL` when it is left empty: a small, cheap model of the provider's.
+    pub fn default_model(self) -> &'static str {
+        match self {
+            Self::Extractive | Self::OpenAi => "gpt-4o-mini",
+            Self::Anthropic => "claude-haiku-4-5",
+        }
+    }
 }
 
 impl FromStr for Provider {
@@ -122,8 +151,9 @@ impl FromStr for Provider {
         match s.trim().to_ascii_lowercase().as_str() {
             "extractive" => Ok(Self::Extractive),
             "openai" => Ok(Self::OpenAi),
+            "anthropic" => Ok(Self::Anthropic),
             other => Err(format!(
-                "unknown provider {other:?}; expected \"extractive\" or \"openai\""
+                "unknown provider {other:?}; expected \"extractive\", \"openai\" or \"anthropic\""
             )),
         }
     }
@@ -145,6 +175,44 @@ pub struct LlmSettings {
     pub retry_after_cap: Duration,
     /// The whole summarization, every attempt and wait included.
     pub deadline: Duration,
+    /// What summarizes when the LLM cannot.
+    pub fallback: FallbackMode,
+    /// `SUMMARY_PROMPT_FILE`, when set.
+    pub prompt_file: Option<PathBuf>,
+    /// The system prompt in force: the default, or the file's text, checked at start.
+    pub prompt: Prompt,
+}
+
+/// `LLM_FALLBACK`: what summarizes a session whose LLM summarization failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FallbackMode {
+    /// Nothing: the session stays as it is (`failed/llm_error`), as in the seed.
+    None,
+    /// The extractive summarizer, and the usage event says so.
+    Extractive,
+}
+
+impl FallbackMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Extractive => "extractive",
+        }
+    }
+}
+
+impl FromStr for FallbackMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" => Ok(Self::None),
+            "extractive" => Ok(Self::Extractive),
+            other => Err(format!(
+                "unknown fallback {other:?}; expected \"none\" or \"extractive\""
+            )),
+        }
+    }
 }
 
 /// By hand, so the base URL's credentials stay out of `Debug` as well.
@@ -161,16 +229,29 @@ impl fmt::Debug for LlmSettings {
             .field("retry_max_delay", &self.retry_max_delay)
             .field("retry_after_cap", &self.retry_after_cap)
             .field("deadline", &self.deadline)
+            .field("fallback", &self.fallback)
+            .field("prompt_file", &self.prompt_file)
+            .field("prompt_version", &self.prompt.version())
             .finish()
     }
 }
 
 impl LlmSettings {
     pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        let provider: Provider = raw.parse(&LLM_PROVIDER)?;
+        let base_url = raw.optional(&LLM_BASE_URL)?;
+        let base_url = base_url.as_deref().unwrap_or(provider.default_base_url());
+        let prompt_file = raw.optional(&SUMMARY_PROMPT_FILE)?.map(PathBuf::from);
+        let prompt = match &prompt_file {
+            Some(path) => read_prompt(path)?,
+            None => Prompt::default(),
+        };
         let llm = Self {
-            provider: raw.parse(&LLM_PROVIDER)?,
-            base_url: raw.text(&LLM_BASE_URL)?.trim_end_matches('/').to_owned(),
-            model: raw.text(&LLM_MODEL)?,
+            provider,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            model: raw
+                .optional(&LLM_MODEL)?
+                .unwrap_or_else(|| provider.default_model().to_owned()),
             api_key: Secret::new(raw.text(&LLM_API_KEY)?),
             timeout: raw.millis(&LLM_TIMEOUT_MS)?,
             max_retries: raw.parse(&LLM_MAX_RETRIES)?,
@@ -178,9 +259,21 @@ impl LlmSettings {
             retry_max_delay: raw.millis(&LLM_RETRY_MAX_DELAY_MS)?,
             retry_after_cap: raw.millis(&LLM_RETRY_AFTER_CAP_MS)?,
             deadline: raw.millis(&LLM_DEADLINE_MS)?,
+            fallback: raw.parse(&LLM_FALLBACK)?,
+            prompt_file,
+            prompt,
         };
         Ok(llm)
     }
+}
+
+/// `SUMMARY_PROMPT_FILE`'s text as the system prompt; an unreadable file, or one that
+/// does not ask for the template's headings, stops the worker at start.
+fn read_prompt(path: &Path) -> Result<Prompt, ConfigError> {
+    let invalid = |message: String| ConfigError::invalid(SUMMARY_PROMPT_FILE.name, message);
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
+    Prompt::from_file_text(text).map_err(|e| invalid(format!("{}: {e}", path.display())))
 }
 
 /// The worker process: concurrency, leases, backoff, shutdown, HTTP and logs.

@@ -6,7 +6,7 @@
 //! Names and defaults are public contract (the seed's names; operators' files): never
 //! change one.
 
-use super::{LogFormat, Provider, Settings};
+use super::{LogFormat, Settings};
 
 /// How a setting's value may be shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,31 +193,28 @@ pub const HTTP_ADDR: Setting = setting(
 pub const LLM_PROVIDER: Setting = setting(
     "LLM_PROVIDER",
     "extractive",
-    "extractive (offline, no key) or openai (any OpenAI-compatible API)",
+    "extractive (offline, no key), openai (any OpenAI-compatible API) or anthropic",
     Plain,
-    |s| match s.llm.provider {
-        Provider::Extractive => "extractive".to_owned(),
-        Provider::OpenAi => "openai".to_owned(),
-    },
+    |s| s.llm.provider.as_str().to_owned(),
 );
 pub const LLM_BASE_URL: Setting = setting(
     "LLM_BASE_URL",
-    "https://api.openai.com/v1",
-    "openai: the base URL; /chat/completions is appended; credentials are redacted",
+    "",
+    "empty: per provider (https://api.openai.com/v1, https://api.anthropic.com/v1); /chat/completions or /messages is appended; credentials are redacted",
     Url,
     |s| s.llm.base_url.clone(),
 );
 pub const LLM_MODEL: Setting = setting(
     "LLM_MODEL",
-    "gpt-4o-mini",
-    "openai: the model name",
+    "",
+    "empty: per provider (openai: gpt-4o-mini, anthropic: claude-haiku-4-5)",
     Plain,
     |s| s.llm.model.clone(),
 );
 pub const LLM_API_KEY: Setting = setting(
     "LLM_API_KEY",
     "",
-    "openai: required; never logged",
+    "openai, anthropic: required; never logged",
     Secret,
     |s| s.llm.api_key.expose().to_owned(),
 );
@@ -262,6 +259,20 @@ pub const LLM_DEADLINE_MS: Setting = setting(
     "the whole summarization, every attempt and wait included",
     Plain,
     |s| ms(s.llm.deadline),
+);
+pub const LLM_FALLBACK: Setting = setting(
+    "LLM_FALLBACK",
+    "none",
+    "none: an LLM failure leaves the session unchanged; extractive: compact with it instead",
+    Plain,
+    |s| s.llm.fallback.as_str().to_owned(),
+);
+pub const SUMMARY_PROMPT_FILE: Setting = setting(
+    "SUMMARY_PROMPT_FILE",
+    "",
+    "a file whose text replaces the system prompt; must ask for the four headings",
+    Plain,
+    |s| path(s.llm.prompt_file.as_ref()),
 );
 pub const LEASE_DURATION_MS: Setting = setting(
     "LEASE_DURATION_MS",
@@ -333,6 +344,8 @@ pub const SETTINGS: &[Setting] = &[
     LLM_RETRY_MAX_DELAY_MS,
     LLM_RETRY_AFTER_CAP_MS,
     LLM_DEADLINE_MS,
+    LLM_FALLBACK,
+    SUMMARY_PROMPT_FILE,
     LEASE_DURATION_MS,
     FAILURE_BACKOFF_MS,
     FAILURE_BACKOFF_MAX_MS,

@@ -79,6 +79,12 @@ fn invalid_values_name_their_setting() {
             "NATS_CREDS_FILE",
         ),
         (&[("FAILURE_BACKOFF_MS", "-1")], "FAILURE_BACKOFF_MS"),
+        (&[("LLM_PROVIDER", "anthropic")], "LLM_API_KEY"),
+        (&[("LLM_FALLBACK", "retry")], "LLM_FALLBACK"),
+        (
+            &[("SUMMARY_PROMPT_FILE", "/nonexistent/prompt.md")],
+            "SUMMARY_PROMPT_FILE",
+        ),
     ];
     for (env, setting) in cases {
         let err = load(env).expect_err(setting);
@@ -217,4 +223,69 @@ fn a_bad_llm_url_is_named_without_its_credentials() {
     .to_string();
     assert!(err.starts_with("LLM_BASE_URL"), "{err}");
     assert!(!err.contains("llm-pass"), "{err}");
+}
+
+#[test]
+fn the_base_url_and_model_default_to_the_providers() {
+    let openai = load(&[("LLM_PROVIDER", "openai"), ("LLM_API_KEY", "k")]).unwrap();
+    assert_eq!(
+        (openai.llm.base_url.as_str(), openai.llm.model.as_str()),
+        ("https://api.openai.com/v1", "gpt-4o-mini")
+    );
+    let anthropic = load(&[("LLM_PROVIDER", "anthropic"), ("LLM_API_KEY", "k")]).unwrap();
+    assert_eq!(anthropic.llm.provider, Provider::Anthropic);
+    assert_eq!(
+        (
+            anthropic.llm.base_url.as_str(),
+            anthropic.llm.model.as_str()
+        ),
+        ("https://api.anthropic.com/v1", "claude-haiku-4-5")
+    );
+    let chosen = load(&[
+        ("LLM_PROVIDER", "anthropic"),
+        ("LLM_API_KEY", "k"),
+        ("LLM_BASE_URL", "http://proxy:8080/v1/"),
+        ("LLM_MODEL", "claude-sonnet-4-5"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (chosen.llm.base_url.as_str(), chosen.llm.model.as_str()),
+        ("http://proxy:8080/v1", "claude-sonnet-4-5")
+    );
+    assert_eq!(load(&[]).unwrap().llm.fallback, FallbackMode::None);
+}
+
+#[test]
+fn a_prompt_file_replaces_the_prompt_only_when_it_asks_for_the_headings() {
+    let dir = std::env::temp_dir().join(format!("summarizer-prompt-{}", fastrand::u64(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.md");
+    let text = format!("Summarize the incident.\n{}\n", crate::summary::TEMPLATE);
+    std::fs::write(&good, &text).unwrap();
+    let bad = dir.join("bad.md");
+    std::fs::write(&bad, "Summarize the conversation in three sentences.").unwrap();
+
+    let good_path = good.display().to_string();
+    let s = load(&[("SUMMARY_PROMPT_FILE", good_path.as_str())]).unwrap();
+    let bad_path = bad.display().to_string();
+    let err = load(&[("SUMMARY_PROMPT_FILE", bad_path.as_str())]).unwrap_err();
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    assert_eq!(s.llm.prompt.system(), text);
+    assert!(
+        s.llm.prompt.version().starts_with("file:"),
+        "{:?}",
+        s.llm.prompt
+    );
+    assert!(
+        s.redacted()
+            .contains(&format!("summary_prompt_file={good_path}"))
+    );
+    let message = err.to_string();
+    assert!(message.starts_with("SUMMARY_PROMPT_FILE: "), "{message}");
+    assert!(message.contains("**Investigating:**"), "{message}");
+    assert_eq!(
+        load(&[]).unwrap().llm.prompt,
+        crate::llm::prompt::Prompt::default()
+    );
 }

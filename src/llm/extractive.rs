@@ -94,8 +94,7 @@ fn summarize(old: &[Message]) -> Result<Summary, LlmError> {
         .map(|text| Summary {
             text,
             model: "extractive".to_owned(),
-            prompt_tokens: None,
-            completion_tokens: None,
+            ..Summary::default()
         })
         .ok_or_else(|| {
             LlmError::Invalid(format!(

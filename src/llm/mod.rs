@@ -1,34 +1,52 @@
 //! Summarizers: what turns the old part of a session into one summary.
 //!
 //! [`Extractive`] runs offline and needs no key; [`OpenAiClient`] calls any
-//! OpenAI-compatible endpoint with retries. Both sit behind [`Summarizer`] so the worker
-//! neither knows nor cares which one it holds.
+//! OpenAI-compatible endpoint with retries; [`AnthropicClient`] calls Anthropic's
+//! Messages API, a [`chat::Chat`] provider that [`SingleRequest`] turns into a
+//! summarizer. [`Fallback`] has the extractive summarizer stand in when the LLM fails
+//! (`LLM_FALLBACK`). All sit behind [`Summarizer`] so the worker neither knows nor cares
+//! which one it holds. The prompt is [`prompt`]'s; what every HTTP provider shares is
+//! `http`'s.
 
+mod anthropic;
+pub mod chat;
 mod extractive;
+mod fallback;
+mod http;
 mod openai;
 pub mod prompt;
 mod retry;
+mod single;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
+pub use anthropic::AnthropicClient;
 pub use extractive::Extractive;
+pub use fallback::Fallback;
 pub use openai::OpenAiClient;
+pub use single::SingleRequest;
 
-use crate::config::{LlmSettings, Provider};
+use crate::config::{FallbackMode, LlmSettings, Provider};
 use crate::message::Message;
 use crate::metrics::Metrics;
 
 /// A summary as the summarizer produced it, before [`crate::summary::check`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
     pub text: String,
     /// The model that wrote it, as the provider reported it.
     pub model: String,
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
+    /// The version of the prompt that asked for it ([`prompt::Prompt::version`]); `None`
+    /// when no prompt did (the extractive summarizer).
+    pub prompt_version: Option<String>,
+    /// Set when the configured LLM failed and `LLM_FALLBACK` wrote this summary instead:
+    /// the LLM's error, which carries no secret (see [`http::scrub`]).
+    pub fallback_reason: Option<String>,
 }
 
 /// Why no summary came back. Only [`LlmError::Transient`] is retried.
@@ -47,6 +65,11 @@ pub enum LlmError {
     /// A success status with a body that holds no summary.
     #[error("invalid response: {0}")]
     Invalid(String),
+    /// The provider said the request does not fit the model's context (OpenAI's
+    /// `context_length_exceeded`, Anthropic's "prompt is too long"): a smaller request
+    /// may succeed, so it is not a permanent failure.
+    #[error("context length exceeded: {0}")]
+    ContextLength(String),
 }
 
 impl LlmError {
@@ -60,6 +83,16 @@ impl LlmError {
             _ => None,
         }
     }
+
+    /// The `cause` label of `summarizer_llm_failures_total`.
+    pub fn metric_cause(&self) -> &'static str {
+        match self {
+            Self::Transient { .. } => "transient",
+            Self::Rejected { .. } => "rejected",
+            Self::Invalid(_) => "invalid_response",
+            Self::ContextLength(_) => "context_length",
+        }
+    }
 }
 
 pub trait Summarizer: Send + Sync {
@@ -68,9 +101,26 @@ pub trait Summarizer: Send + Sync {
     /// # Errors
     /// [`LlmError`] once retries, if any, are exhausted or the deadline has passed.
     fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>>;
+
+    /// [`Summarizer::summarize`], given the system messages that precede the old part
+    /// (never summarized; an LLM reads them to understand the conversation). A summarizer
+    /// that has no use for them keeps this default.
+    ///
+    /// # Errors
+    /// As [`Summarizer::summarize`].
+    fn summarize_in_context<'a>(
+        &'a self,
+        context: &'a [Message],
+        old: &'a [Message],
+    ) -> BoxFuture<'a, Result<Summary, LlmError>> {
+        let _ = context;
+        self.summarize(old)
+    }
 }
 
-/// The summarizer `settings` ask for.
+/// The summarizer `settings` ask for: the provider's, wrapped in [`Fallback`] when
+/// `LLM_FALLBACK=extractive` (a fallback from the extractive summarizer to itself would
+/// only repeat its error, so it gets none).
 ///
 /// # Errors
 /// When the HTTP client cannot be built (TLS initialisation).
@@ -78,8 +128,16 @@ pub fn from_settings(
     settings: &LlmSettings,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Box<dyn Summarizer>> {
-    Ok(match settings.provider {
-        Provider::Extractive => Box::new(Extractive),
-        Provider::OpenAi => Box::new(OpenAiClient::new(settings.clone(), metrics)?),
+    let summarizer: Box<dyn Summarizer> = match settings.provider {
+        Provider::Extractive => return Ok(Box::new(Extractive)),
+        Provider::OpenAi => Box::new(OpenAiClient::new(settings.clone(), metrics.clone())?),
+        Provider::Anthropic => Box::new(SingleRequest::new(
+            AnthropicClient::new(settings.clone(), metrics.clone())?,
+            settings.prompt.clone(),
+        )),
+    };
+    Ok(match settings.fallback {
+        FallbackMode::None => summarizer,
+        FallbackMode::Extractive => Box::new(Fallback::new(summarizer, metrics)),
     })
 }

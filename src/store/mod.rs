@@ -146,6 +146,10 @@ pub struct NewSummary<'a> {
     pub model: &'a str,
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
+    /// The prompt's version, when a prompt asked for the summary.
+    pub prompt_version: Option<&'a str>,
+    /// Why the fallback summarizer wrote it, when it did (`LLM_FALLBACK`).
+    pub fallback_reason: Option<&'a str>,
     pub messages_kept: i64,
     pub request_id: &'a str,
     /// Time since the lease was taken, for the duration histogram.
@@ -434,7 +438,7 @@ impl PgStore {
     pub async fn commit(&self, summary: &NewSummary<'_>) -> Result<i64, CommitError> {
         let mut tx = self.pool.begin().await?;
         let chars_removed: i64 = summary.removed_chars.iter().sum();
-        let metadata = json!({
+        let mut metadata = json!({
             "summarization": true,
             "messages_removed": summary.removed_seqs.len(),
             "chars_removed": chars_removed,
@@ -443,6 +447,13 @@ impl PgStore {
             "request_id": summary.request_id,
             "duration_ms": summary.duration_ms,
         });
+        if let Some(version) = summary.prompt_version {
+            metadata["prompt_version"] = json!(version);
+        }
+        if let Some(reason) = summary.fallback_reason {
+            metadata["fallback"] = json!(true);
+            metadata["fallback_reason"] = json!(reason);
+        }
         // One statement: the fence (which also locks the session row first, so appends,
         // whose trigger updates it, queue behind this transaction instead of deadlocking
         // with it), then, only if the lease is still ours, the usage event and the

@@ -17,6 +17,7 @@ mod llm;
 mod operations;
 mod outages;
 mod process;
+mod providers;
 mod rejects;
 mod secrets;
 mod skips;

@@ -75,6 +75,26 @@ async fn invalid_settings_stop_the_worker_with_exit_code_64_naming_the_setting()
 }
 
 #[tokio::test]
+async fn a_prompt_file_without_the_headings_stops_the_worker_with_exit_code_64() {
+    let dir = std::env::temp_dir().join(format!("summarizer-prompt-{:08x}", fastrand::u32(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("prompt.md");
+    std::fs::write(&file, "Summarize the conversation in three sentences.").unwrap();
+
+    let output = summarizer(&["worker"])
+        .env("SUMMARY_PROMPT_FILE", &file)
+        .output()
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("SUMMARY_PROMPT_FILE"), "{stderr}");
+    assert!(stderr.contains("**Investigating:**"), "{stderr}");
+}
+
+#[tokio::test]
 async fn the_api_key_never_reaches_the_logs_and_sigterm_exits_cleanly() {
     let database_url = fresh_database().await;
     let subject = unique_subject();

@@ -393,8 +393,7 @@ impl Summarizer for Instant {
         futures_util::future::ready(Ok(Summary {
             text: "**Investigating:** bench\n**Key findings:**\n- none\n**Ruled out:** nothing ruled out yet\n**Current state:** benchmarking".into(),
             model: "instant".into(),
-            prompt_tokens: None,
-            completion_tokens: None,
+            ..Summary::default()
         }))
         .boxed()
     }

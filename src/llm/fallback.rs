@@ -1,0 +1,145 @@
+//! `LLM_FALLBACK=extractive`: when the LLM cannot summarize (its error after retries, or
+//! a summary that fails [`summary::check`]), the extractive summarizer compacts instead,
+//! so a session whose LLM is down cannot overflow its agent's context. The summary says
+//! so ([`Summary::fallback_reason`]), and the usage event with it.
+//!
+//! A summary that fails the check falls back too: the worker would reject it, and the
+//! session would grow exactly as it does when the LLM is down.
+
+use std::sync::Arc;
+
+use futures_util::future::{BoxFuture, FutureExt};
+
+use super::{Extractive, LlmError, Summarizer, Summary};
+use crate::message::Message;
+use crate::metrics::Metrics;
+use crate::summary;
+
+pub struct Fallback {
+    llm: Box<dyn Summarizer>,
+    metrics: Arc<Metrics>,
+}
+
+impl Fallback {
+    pub fn new(llm: Box<dyn Summarizer>, metrics: Arc<Metrics>) -> Self {
+        Self { llm, metrics }
+    }
+
+    async fn summarize_with(
+        &self,
+        context: &[Message],
+        old: &[Message],
+    ) -> Result<Summary, LlmError> {
+        let reason = match self.llm.summarize_in_context(context, old).await {
+            Ok(summary) => {
+                let replaced: i64 = old.iter().map(|m| m.chars).sum();
+                match summary::check(&summary.text, replaced) {
+                    Ok(_) => return Ok(summary),
+                    Err(rejected) => {
+                        self.metrics.llm_failed("invalid_summary");
+                        rejected.to_string()
+                    }
+                }
+            }
+            Err(e) => {
+                self.metrics.llm_failed(e.metric_cause());
+                e.to_string()
+            }
+        };
+        tracing::warn!(
+            error = %reason,
+            "LLM summarization failed, compacting with the extractive summarizer"
+        );
+        let mut summary = Extractive.summarize(old).await?;
+        summary.fallback_reason = Some(reason);
+        Ok(summary)
+    }
+}
+
+impl Summarizer for Fallback {
+    fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
+        self.summarize_with(&[], old).boxed()
+    }
+
+    fn summarize_in_context<'a>(
+        &'a self,
+        context: &'a [Message],
+        old: &'a [Message],
+    ) -> BoxFuture<'a, Result<Summary, LlmError>> {
+        self.summarize_with(context, old).boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Role;
+
+    struct Answers(Result<Summary, fn() -> LlmError>);
+
+    impl Summarizer for Answers {
+        fn summarize<'a>(
+            &'a self,
+            _old: &'a [Message],
+        ) -> BoxFuture<'a, Result<Summary, LlmError>> {
+            futures_util::future::ready(self.0.clone().map_err(|e| e())).boxed()
+        }
+    }
+
+    fn old() -> Vec<Message> {
+        let ask = "Why does checkout-api return 502 since 14:01? ".repeat(20);
+        let found = "ERROR orders-db pool exhausted at 14:02, 100/100 connections. ".repeat(20);
+        vec![
+            Message::text(Role::User, &ask),
+            Message::text(Role::Assistant, &found),
+        ]
+    }
+
+    fn fallback(answer: Result<Summary, fn() -> LlmError>) -> Fallback {
+        Fallback::new(Box::new(Answers(answer)), Arc::new(Metrics::default()))
+    }
+
+    #[tokio::test]
+    async fn an_llm_error_is_replaced_by_an_extractive_summary_that_says_why() {
+        let down = || LlmError::Transient {
+            cause: "HTTP 503: upstream down".into(),
+            retry_after: None,
+        };
+        let summary = fallback(Err(down)).summarize(&old()).await.unwrap();
+        assert_eq!(summary.model, "extractive");
+        assert_eq!(
+            summary.fallback_reason.as_deref(),
+            Some("HTTP 503: upstream down")
+        );
+        assert!(
+            summary::check(&summary.text, 10_000).is_ok(),
+            "{}",
+            summary.text
+        );
+    }
+
+    #[tokio::test]
+    async fn a_summary_the_check_would_reject_is_replaced_too() {
+        let unusable = Summary {
+            text: "The pool was full.".into(),
+            model: "m".into(),
+            ..Summary::default()
+        };
+        let summary = fallback(Ok(unusable)).summarize(&old()).await.unwrap();
+        assert_eq!(summary.model, "extractive");
+        let reason = summary.fallback_reason.unwrap();
+        assert!(reason.contains("lacks the heading"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn a_good_llm_summary_is_kept_as_it_is() {
+        let good = Summary {
+            text: "**Investigating:** 502s\n**Key findings:**\n- pool 100/100\n**Ruled out:** DNS\n**Current state:** raising the pool".into(),
+            model: "m".into(),
+            prompt_version: Some("default-v2".into()),
+            ..Summary::default()
+        };
+        let summary = fallback(Ok(good.clone())).summarize(&old()).await.unwrap();
+        assert_eq!(summary, good);
+    }
+}
