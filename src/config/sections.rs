@@ -145,6 +145,12 @@ pub struct LlmSettings {
     pub retry_after_cap: Duration,
     /// The whole summarization, every attempt and wait included.
     pub deadline: Duration,
+    /// No request the summarizer sends is larger, prompt and transcript included
+    /// (`o200k_base` tokens): a larger old part is summarized in chunks.
+    pub max_input_tokens: usize,
+    /// The longest summary accepted (chars); the model is asked for at most a third of
+    /// it in tokens.
+    pub summary_max_chars: usize,
 }
 
 /// By hand, so the base URL's credentials stay out of `Debug` as well.
@@ -161,11 +167,21 @@ impl fmt::Debug for LlmSettings {
             .field("retry_max_delay", &self.retry_max_delay)
             .field("retry_after_cap", &self.retry_after_cap)
             .field("deadline", &self.deadline)
+            .field("max_input_tokens", &self.max_input_tokens)
+            .field("summary_max_chars", &self.summary_max_chars)
             .finish()
     }
 }
 
 impl LlmSettings {
+    /// The most tokens a summary is asked to take: `SUMMARY_MAX_CHARS` / 3, rounded up.
+    /// A token averages about four characters of English and fewer of identifiers and
+    /// numbers, so a third leaves the model room to finish a summary that is within the
+    /// character limit; the limit itself is enforced in characters by the summary check.
+    pub fn summary_max_tokens(&self) -> u32 {
+        u32::try_from(self.summary_max_chars.div_ceil(3)).unwrap_or(u32::MAX)
+    }
+
     pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
         let llm = Self {
             provider: raw.parse(&LLM_PROVIDER)?,
@@ -178,6 +194,8 @@ impl LlmSettings {
             retry_max_delay: raw.millis(&LLM_RETRY_MAX_DELAY_MS)?,
             retry_after_cap: raw.millis(&LLM_RETRY_AFTER_CAP_MS)?,
             deadline: raw.millis(&LLM_DEADLINE_MS)?,
+            max_input_tokens: raw.positive(&LLM_MAX_INPUT_TOKENS)?,
+            summary_max_chars: raw.positive(&SUMMARY_MAX_CHARS)?,
         };
         Ok(llm)
     }

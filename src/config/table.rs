@@ -263,6 +263,20 @@ pub const LLM_DEADLINE_MS: Setting = setting(
     Plain,
     |s| ms(s.llm.deadline),
 );
+pub const LLM_MAX_INPUT_TOKENS: Setting = setting(
+    "LLM_MAX_INPUT_TOKENS",
+    "100000",
+    "no request is larger (prompt and transcript, o200k_base tokens); larger old parts go in chunks",
+    Plain,
+    |s| s.llm.max_input_tokens.to_string(),
+);
+pub const SUMMARY_MAX_CHARS: Setting = setting(
+    "SUMMARY_MAX_CHARS",
+    "6000",
+    "the longest summary accepted; the model is asked for at most chars/3 tokens",
+    Plain,
+    |s| s.llm.summary_max_chars.to_string(),
+);
 pub const LEASE_DURATION_MS: Setting = setting(
     "LEASE_DURATION_MS",
     "120000",
@@ -333,6 +347,8 @@ pub const SETTINGS: &[Setting] = &[
     LLM_RETRY_MAX_DELAY_MS,
     LLM_RETRY_AFTER_CAP_MS,
     LLM_DEADLINE_MS,
+    LLM_MAX_INPUT_TOKENS,
+    SUMMARY_MAX_CHARS,
     LEASE_DURATION_MS,
     FAILURE_BACKOFF_MS,
     FAILURE_BACKOFF_MAX_MS,

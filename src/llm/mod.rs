@@ -1,19 +1,27 @@
 //! Summarizers: what turns the old part of a session into one summary.
 //!
-//! [`Extractive`] runs offline and needs no key; [`OpenAiClient`] calls any
-//! OpenAI-compatible endpoint with retries. Both sit behind [`Summarizer`] so the worker
-//! neither knows nor cares which one it holds.
+//! [`Extractive`] runs offline and needs no key. An LLM is two levels: a provider that
+//! answers one [`chat::ChatRequest`] with its own retries ([`OpenAiClient`] for any
+//! OpenAI-compatible endpoint), and [`LlmSummarizer`] above it, which decides what each
+//! request holds: the prompt, and within `LLM_MAX_INPUT_TOKENS` ([`tokens`]) the old
+//! part whole or in chunks ([`chunks`]). Both summarizers sit behind [`Summarizer`] so the
+//! worker neither knows nor cares which one it holds.
 
+pub mod chat;
+mod chunked;
+pub mod chunks;
 mod extractive;
 mod openai;
 pub mod prompt;
 mod retry;
+pub mod tokens;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
+pub use chunked::LlmSummarizer;
 pub use extractive::Extractive;
 pub use openai::OpenAiClient;
 
@@ -47,6 +55,11 @@ pub enum LlmError {
     /// A success status with a body that holds no summary.
     #[error("invalid response: {0}")]
     Invalid(String),
+    /// The provider said the request does not fit the model's context (OpenAI's
+    /// `context_length_exceeded`, Anthropic's "prompt is too long"): a smaller request
+    /// may succeed, so it is not a permanent failure.
+    #[error("context length exceeded: {0}")]
+    ContextLength(String),
 }
 
 impl LlmError {
@@ -80,6 +93,9 @@ pub fn from_settings(
 ) -> anyhow::Result<Box<dyn Summarizer>> {
     Ok(match settings.provider {
         Provider::Extractive => Box::new(Extractive),
-        Provider::OpenAi => Box::new(OpenAiClient::new(settings.clone(), metrics)?),
+        Provider::OpenAi => Box::new(LlmSummarizer::new(
+            Box::new(OpenAiClient::new(settings.clone(), metrics)?),
+            settings,
+        )),
     })
 }

@@ -24,29 +24,58 @@ pub fn system_prompt() -> String {
 /// The old part as one text: each message under a bracketed header naming its role, each
 /// tool call and each tool result under a header naming its call id.
 pub fn transcript(old: &[Message]) -> String {
-    let mut out = String::from("Transcript, oldest first:\n");
-    for m in old {
-        let header = match (m.role, m.is_summary) {
-            (Role::User, true) => "[earlier summary]".to_owned(),
-            (Role::Tool, _) => format!(
-                "[tool result for call {}]",
-                m.tool_call_id.as_deref().unwrap_or("(unknown)")
-            ),
-            (role, _) => format!("[{role}]"),
-        };
-        // Writing to a String cannot fail.
-        let _ = write!(out, "\n{header}\n");
-        if !m.content.trim().is_empty() {
-            out.push_str(m.content.trim());
-            out.push('\n');
-        }
-        for call in m.calls().iter() {
-            let (name, arguments) = call_parts(call);
-            let id = call_id(call).unwrap_or("(no id)");
-            let _ = writeln!(out, "[assistant calls tool {name}, call {id}] {arguments}");
-        }
+    transcript_of(old.iter().map(message))
+}
+
+/// A transcript of messages already rendered with [`message`] (and perhaps clipped): what
+/// a chunk of a long old part is sent as.
+pub fn transcript_of<S: AsRef<str>>(rendered: impl IntoIterator<Item = S>) -> String {
+    let mut out = String::from(TRANSCRIPT_HEADER);
+    for m in rendered {
+        out.push_str(m.as_ref());
     }
     out
+}
+
+/// What [`transcript_of`] puts before the messages.
+pub const TRANSCRIPT_HEADER: &str = "Transcript, oldest first:\n";
+
+/// One message of the transcript, its header first.
+pub fn message(m: &Message) -> String {
+    let header = match (m.role, m.is_summary) {
+        (Role::User, true) => "[earlier summary]".to_owned(),
+        (Role::Tool, _) => format!(
+            "[tool result for call {}]",
+            m.tool_call_id.as_deref().unwrap_or("(unknown)")
+        ),
+        (role, _) => format!("[{role}]"),
+    };
+    let mut out = format!("\n{header}\n");
+    if !m.content.trim().is_empty() {
+        out.push_str(m.content.trim());
+        out.push('\n');
+    }
+    for call in m.calls().iter() {
+        let (name, arguments) = call_parts(call);
+        let id = call_id(call).unwrap_or("(no id)");
+        // Writing to a String cannot fail.
+        let _ = writeln!(out, "[assistant calls tool {name}, call {id}] {arguments}");
+    }
+    out
+}
+
+/// The running summary of a long old part's earlier chunks, rendered as the earlier
+/// summary the system prompt tells the model to fold in.
+pub fn running_summary(text: &str) -> String {
+    message(&Message {
+        seq: 0,
+        role: Role::User,
+        content: text.to_owned(),
+        tool_calls: None,
+        tool_call_id: None,
+        is_summary: true,
+        chars: 0,
+    })
 }
 
 /// A call's name and arguments, in the flat shape (`{id, name, arguments}`), LangChain's

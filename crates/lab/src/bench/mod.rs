@@ -329,6 +329,7 @@ async fn worker_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<Mea
         lease_duration: Duration::from_secs(60),
         failure_backoff: Duration::ZERO,
         failure_backoff_max: Duration::ZERO,
+        summary_max_chars: 6_000,
     };
     let worker = Arc::new(Worker::new(
         store.clone(),
