@@ -231,3 +231,37 @@ async fn a_budget_over_the_models_real_context_shrinks_until_it_fits() {
     // Shrunk once for the whole summarization, not once per request.
     assert!(refused <= 4, "{refused} refusals");
 }
+
+#[tokio::test]
+async fn tokens_compacted_are_measured_and_a_restore_takes_them_back() {
+    let app = crate::helpers::spawn_app().await;
+    app.llm_answers(SUMMARY, std::time::Duration::ZERO).await;
+    app.append_turns("s", 5).await;
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    // Content and tool calls, as `chars` counts them.
+    let removed: usize = app
+        .archived("s")
+        .await
+        .iter()
+        .map(|m| {
+            tokens::count(m.content.as_deref().unwrap_or(""))
+                + m.tool_calls.as_ref().map_or(0, |c| tokens::count(&c.to_string()))
+        })
+        .sum();
+    let events = app.usage_events("s").await;
+    assert_eq!(events[0].4["tokens_removed"].as_u64(), Some(removed as u64));
+    assert_eq!(
+        app.stats().await["summary"]["total_tokens_compacted"].as_u64(),
+        Some(removed as u64)
+    );
+
+    summarizer::store::PgStore::from_pool(app.db.clone())
+        .restore("s", None)
+        .await
+        .unwrap();
+
+    assert_eq!(
+        app.stats().await["summary"]["total_tokens_compacted"].as_u64(),
+        Some(0)
+    );
+}
