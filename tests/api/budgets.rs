@@ -245,7 +245,9 @@ async fn tokens_compacted_are_measured_and_a_restore_takes_them_back() {
         .iter()
         .map(|m| {
             tokens::count(m.content.as_deref().unwrap_or(""))
-                + m.tool_calls.as_ref().map_or(0, |c| tokens::count(&c.to_string()))
+                + m.tool_calls
+                    .as_ref()
+                    .map_or(0, |c| tokens::count(&c.to_string()))
         })
         .sum();
     let events = app.usage_events("s").await;
