@@ -90,18 +90,17 @@ impl LlmSummarizer {
         let mut requests = 0;
         let mut summary: Option<Summary> = None;
         loop {
-            let (rendered2, running) = (rendered.clone(), summary.as_ref().map(|s| s.text.clone()));
-            let max_tokens = self.summary_max_tokens;
-            let (request, end) = cpu(large, move || {
-                rendered2.request(next, budget, running.as_deref(), max_tokens)
-            })
-            .await??;
+            let running = summary.as_ref().map(|s| s.text.clone());
+            let (request, end) = self
+                .next_request(&rendered, large, next, budget, running)
+                .await?;
             requests += 1;
             let answered = tokio::time::timeout_at(deadline, self.chat.complete(&request))
                 .await
                 .map_err(|_| LlmError::Transient {
                     cause: format!(
-                        "deadline reached during request {requests} (messages {next}..{end} of {})",
+                        "deadline reached during request {requests} (messages {next}..{end} \
+                         of {})",
                         rendered.pieces.len()
                     ),
                     retry_after: None,
@@ -121,13 +120,33 @@ impl LlmSummarizer {
                         budget,
                         shrinks,
                         error = %cause,
-                        "the model's context is smaller than LLM_MAX_INPUT_TOKENS; shrinking the budget"
+                        "the model's context is below LLM_MAX_INPUT_TOKENS; shrinking the budget"
                     );
                 }
                 Err(e) => return Err(e),
             }
         }
         summary.ok_or_else(|| LlmError::Invalid("no request was answered".to_owned()))
+    }
+}
+
+impl LlmSummarizer {
+    /// The request for the chunk from message `next` (see [`Rendered::request`]), planned
+    /// on the blocking pool for a large old part.
+    async fn next_request(
+        &self,
+        rendered: &Arc<Rendered>,
+        large: bool,
+        next: usize,
+        budget: usize,
+        running: Option<String>,
+    ) -> Result<(ChatRequest, usize), LlmError> {
+        let rendered = Arc::clone(rendered);
+        let max_tokens = self.summary_max_tokens;
+        cpu(large, move || {
+            rendered.request(next, budget, running.as_deref(), max_tokens)
+        })
+        .await?
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! The vocabulary is loaded once per process (a few hundred milliseconds of CPU, and
 //! about 47 MB of resident memory for its tables and pattern): call [`load`] at worker
-//! start, off the async threads; the first [`count`] otherwise pays for it. Counting is CPU-bound and linear in the text: callers run it on the blocking
+//! start, off the async threads; the first [`count`] otherwise pays for it. Counting is
+//! CPU-bound and linear in the text (some tens of MB/s): callers run it on the blocking
 //! pool for large inputs.
 
 use std::sync::LazyLock;
