@@ -62,6 +62,11 @@ impl Application {
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
         tracing::info!("effective configuration: {}", settings.redacted());
+        // The tokenizer's vocabulary takes a few hundred ms of CPU to load: now, off the
+        // async threads, rather than in the first compaction.
+        tokio::task::spawn_blocking(crate::llm::tokens::load)
+            .await
+            .context("loading the tokenizer")?;
         if settings.lease_duration <= settings.llm.deadline {
             tracing::warn!(
                 "LEASE_DURATION_MS is not longer than LLM_DEADLINE_MS: a slow LLM call may \
@@ -81,6 +86,7 @@ impl Application {
             lease_duration: settings.lease_duration,
             failure_backoff: settings.failure_backoff,
             failure_backoff_max: settings.failure_backoff_max,
+            summary_max_chars: i64::try_from(settings.llm.summary_max_chars).unwrap_or(i64::MAX),
         };
         let worker = Arc::new(Worker::new(
             store.clone(),

@@ -32,14 +32,17 @@ pub enum Rejected {
         summary_chars: i64,
         replaced_chars: i64,
     },
+    #[error("the summary ({summary_chars} chars) is longer than SUMMARY_MAX_CHARS ({max_chars})")]
+    TooLong { summary_chars: i64, max_chars: i64 },
 }
 
 /// Trims `text` and checks it can replace `replaced_chars` characters of history.
 ///
 /// # Errors
-/// [`Rejected`] when the summary is empty, lacks a heading of the template, or is not
-/// strictly shorter than what it replaces.
-pub fn check(text: &str, replaced_chars: i64) -> Result<String, Rejected> {
+/// [`Rejected`] when the summary is empty, lacks a heading of the template, is not
+/// strictly shorter than what it replaces, or is longer than `max_chars`
+/// (`SUMMARY_MAX_CHARS`).
+pub fn check(text: &str, replaced_chars: i64, max_chars: i64) -> Result<String, Rejected> {
     let text = strip_fence(text.trim()).trim();
     if text.is_empty() {
         return Err(Rejected::Empty);
@@ -52,6 +55,12 @@ pub fn check(text: &str, replaced_chars: i64) -> Result<String, Rejected> {
         return Err(Rejected::NotShorter {
             summary_chars,
             replaced_chars,
+        });
+    }
+    if summary_chars > max_chars {
+        return Err(Rejected::TooLong {
+            summary_chars,
+            max_chars,
         });
     }
     Ok(text.to_owned())
@@ -77,30 +86,46 @@ mod tests {
 
     #[test]
     fn a_complete_shorter_summary_passes_trimmed() {
-        assert_eq!(check(&format!("\n  {GOOD}\n"), 10_000).unwrap(), GOOD);
+        assert_eq!(
+            check(&format!("\n  {GOOD}\n"), 10_000, 6_000).unwrap(),
+            GOOD
+        );
     }
 
     #[test]
     fn a_fenced_summary_is_unwrapped() {
         assert_eq!(
-            check(&format!("```markdown\n{GOOD}\n```"), 10_000).unwrap(),
+            check(&format!("```markdown\n{GOOD}\n```"), 10_000, 6_000).unwrap(),
             GOOD
         );
     }
 
     #[test]
     fn empty_missing_headings_and_longer_are_rejected() {
-        assert_eq!(check("  \n", 100), Err(Rejected::Empty));
+        assert_eq!(check("  \n", 100, 6_000), Err(Rejected::Empty));
         assert_eq!(
-            check(&GOOD.replace(RULED_OUT, "Ruled out:"), 10_000),
+            check(&GOOD.replace(RULED_OUT, "Ruled out:"), 10_000, 6_000),
             Err(Rejected::MissingHeading(RULED_OUT))
         );
         let n = char_count(GOOD);
         assert_eq!(
-            check(GOOD, n),
+            check(GOOD, n, 6_000),
             Err(Rejected::NotShorter {
                 summary_chars: n,
                 replaced_chars: n
+            })
+        );
+    }
+
+    #[test]
+    fn a_summary_over_summary_max_chars_is_rejected_even_when_shorter() {
+        let n = char_count(GOOD);
+        assert_eq!(check(GOOD, 10_000, n), Ok(GOOD.to_owned()));
+        assert_eq!(
+            check(GOOD, 10_000, n - 1),
+            Err(Rejected::TooLong {
+                summary_chars: n,
+                max_chars: n - 1
             })
         );
     }

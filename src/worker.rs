@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::Limits;
-use crate::llm::{Summarizer, Summary};
+use crate::llm::{Summarizer, Summary, tokens};
 use crate::message::{Message, Role, char_count};
 use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
@@ -32,6 +32,8 @@ pub struct Policy {
     pub lease_duration: Duration,
     pub failure_backoff: Duration,
     pub failure_backoff_max: Duration,
+    /// `SUMMARY_MAX_CHARS`: a longer summary is refused.
+    pub summary_max_chars: i64,
 }
 
 /// A validated event.
@@ -330,6 +332,8 @@ impl Worker {
             prompt_version: summary.prompt_version.as_deref(),
             fallback_reason: summary.fallback_reason.as_deref(),
             messages_kept: plan.messages_kept,
+            tokens_removed: plan.tokens_removed,
+            summary_tokens: i64::try_from(tokens::count(&text)).unwrap_or(i64::MAX),
             request_id: rid,
             duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
         };
@@ -352,7 +356,11 @@ impl Worker {
             self.metrics.llm_failed(e.metric_cause());
             llm_failure(rid, e.to_string())
         })?;
-        match summary::check(&summary.text, plan.chars_removed) {
+        match summary::check(
+            &summary.text,
+            plan.chars_removed,
+            self.policy.summary_max_chars,
+        ) {
             Ok(text) => Ok((summary, text)),
             Err(e) => {
                 self.metrics.llm_failed("invalid_summary");
@@ -415,12 +423,15 @@ struct Plan {
     removed_chars: Vec<i64>,
     /// The removed rows' fingerprints at load, which the commit checks.
     removed_fingerprints: Vec<String>,
+    /// The tokenizer's count of what is removed (see [`removed_tokens`]).
+    tokens_removed: i64,
 }
 
-/// Histories larger than this are planned on the blocking pool: planning is linear, but
-/// over megabytes it takes long enough to stall other tasks on the same thread, while
-/// for the usual history the hop would cost more than the planning.
-const PLAN_OFF_THREAD_CHARS: i64 = 1 << 20;
+/// Histories larger than this are planned on the blocking pool. Planning counts the
+/// removed part's tokens, at some tens of MB/s: 64 KiB take about a millisecond, which
+/// is as long as a task should hold an async thread; below it the hop would cost more
+/// than it saves.
+const PLAN_OFF_THREAD_CHARS: i64 = 64 * 1024;
 
 /// [`plan`], on the blocking pool for a large history.
 /// `Err` is the outcome to answer: the skip reason, or a failure.
@@ -456,7 +467,9 @@ fn plan(loaded: Loaded, limits: Limits) -> Result<Plan, Reason> {
     let removed_fingerprints = (split.removed.iter())
         .filter_map(|&i| fingerprints.get(i).cloned())
         .collect();
+    let tokens_removed = removed_tokens(split.removed(&messages));
     Ok(Plan {
+        tokens_removed,
         removed_fingerprints,
         session_chars: messages.iter().map(|m| m.chars).sum(),
         chars_removed: split.chars_removed(&messages),
@@ -470,6 +483,21 @@ fn plan(loaded: Loaded, limits: Limits) -> Result<Plan, Reason> {
         removed_chars,
         old: take_removed(messages, &split.removed),
     })
+}
+
+/// The tokens of the removed messages' content and tool calls: what `chars` measures
+/// (DESIGN.md section 2), in `o200k_base` tokens, for the usage event.
+fn removed_tokens<'a>(removed: impl Iterator<Item = &'a Message>) -> i64 {
+    let tokens: usize = removed
+        .map(|m| {
+            let calls = m.tool_calls.as_ref().map_or(0, |c| match c {
+                serde_json::Value::String(text) => tokens::count(text),
+                other => tokens::count(&other.to_string()),
+            });
+            tokens::count(&m.content) + calls
+        })
+        .sum();
+    i64::try_from(tokens).unwrap_or(i64::MAX)
 }
 
 /// Moves the removed messages out of `messages`, oldest first.

@@ -42,6 +42,20 @@ impl Settings {
                 "must not be smaller than LLM_RETRY_MIN_DELAY_MS".into(),
             );
         }
+        // A request holds the prompt (a few hundred tokens), the running summary (up to
+        // the summary's own budget) and a chunk of the transcript, which should have at
+        // least as much room again: below this, chunks would be slivers.
+        let least = 2 * llm.summary_max_tokens() as usize + 1024;
+        if llm.max_input_tokens < least {
+            return fail(
+                &LLM_MAX_INPUT_TOKENS,
+                format!(
+                    "must be at least {least} (twice SUMMARY_MAX_CHARS / 3, plus 1024 for the \
+                     prompt), got {}",
+                    llm.max_input_tokens
+                ),
+            );
+        }
         let auth = &self.nats_auth;
         if auth.user.is_some() == auth.password.is_empty() {
             return fail(

@@ -181,6 +181,12 @@ pub struct LlmSettings {
     pub prompt_file: Option<PathBuf>,
     /// The system prompt in force: the default, or the file's text, checked at start.
     pub prompt: Prompt,
+    /// No request the summarizer sends is larger, prompt and transcript included
+    /// (`o200k_base` tokens): a larger old part is summarized in chunks.
+    pub max_input_tokens: usize,
+    /// The longest summary accepted (chars); the model is asked for at most a third of
+    /// it in tokens.
+    pub summary_max_chars: usize,
 }
 
 /// `LLM_FALLBACK`: what summarizes a session whose LLM summarization failed.
@@ -232,11 +238,21 @@ impl fmt::Debug for LlmSettings {
             .field("fallback", &self.fallback)
             .field("prompt_file", &self.prompt_file)
             .field("prompt_version", &self.prompt.version())
+            .field("max_input_tokens", &self.max_input_tokens)
+            .field("summary_max_chars", &self.summary_max_chars)
             .finish()
     }
 }
 
 impl LlmSettings {
+    /// The most tokens a summary is asked to take: `SUMMARY_MAX_CHARS` / 3, rounded up.
+    /// A token averages about four characters of English and fewer of identifiers and
+    /// numbers, so a third leaves the model room to finish a summary that is within the
+    /// character limit; the limit itself is enforced in characters by the summary check.
+    pub fn summary_max_tokens(&self) -> u32 {
+        u32::try_from(self.summary_max_chars.div_ceil(3)).unwrap_or(u32::MAX)
+    }
+
     pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
         let provider: Provider = raw.parse(&LLM_PROVIDER)?;
         let base_url = raw.optional(&LLM_BASE_URL)?;
@@ -262,6 +278,8 @@ impl LlmSettings {
             fallback: raw.parse(&LLM_FALLBACK)?,
             prompt_file,
             prompt,
+            max_input_tokens: raw.positive(&LLM_MAX_INPUT_TOKENS)?,
+            summary_max_chars: raw.positive(&SUMMARY_MAX_CHARS)?,
         };
         Ok(llm)
     }

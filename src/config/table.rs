@@ -274,6 +274,20 @@ pub const SUMMARY_PROMPT_FILE: Setting = setting(
     Plain,
     |s| path(s.llm.prompt_file.as_ref()),
 );
+pub const LLM_MAX_INPUT_TOKENS: Setting = setting(
+    "LLM_MAX_INPUT_TOKENS",
+    "100000",
+    "no request is larger (prompt and transcript, o200k_base tokens); larger old parts go in chunks",
+    Plain,
+    |s| s.llm.max_input_tokens.to_string(),
+);
+pub const SUMMARY_MAX_CHARS: Setting = setting(
+    "SUMMARY_MAX_CHARS",
+    "6000",
+    "the longest summary accepted; the model is asked for at most chars/3 tokens",
+    Plain,
+    |s| s.llm.summary_max_chars.to_string(),
+);
 pub const LEASE_DURATION_MS: Setting = setting(
     "LEASE_DURATION_MS",
     "120000",
@@ -346,6 +360,8 @@ pub const SETTINGS: &[Setting] = &[
     LLM_DEADLINE_MS,
     LLM_FALLBACK,
     SUMMARY_PROMPT_FILE,
+    LLM_MAX_INPUT_TOKENS,
+    SUMMARY_MAX_CHARS,
     LEASE_DURATION_MS,
     FAILURE_BACKOFF_MS,
     FAILURE_BACKOFF_MAX_MS,

@@ -289,3 +289,25 @@ fn a_prompt_file_replaces_the_prompt_only_when_it_asks_for_the_headings() {
         crate::llm::prompt::Prompt::default()
     );
 }
+
+#[test]
+fn token_budgets_default_to_the_default_models_context_and_must_leave_room() {
+    let s = load(&[]).unwrap();
+    assert_eq!(s.llm.max_input_tokens, 100_000);
+    assert_eq!(s.llm.summary_max_chars, 6_000);
+    assert_eq!(s.llm.summary_max_tokens(), 2_000);
+    let err = load(&[("LLM_MAX_INPUT_TOKENS", "4000")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("LLM_MAX_INPUT_TOKENS: must be at least 5024"),
+        "{err}"
+    );
+    let s = load(&[
+        ("LLM_MAX_INPUT_TOKENS", "4000"),
+        ("SUMMARY_MAX_CHARS", "1000"),
+    ])
+    .unwrap();
+    assert_eq!(s.llm.summary_max_tokens(), 334);
+    assert!(load(&[("SUMMARY_MAX_CHARS", "0")]).is_err());
+}

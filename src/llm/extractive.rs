@@ -357,7 +357,7 @@ mod tests {
         let old = incident();
         let s = summarize(&old).unwrap();
         let replaced: i64 = old.iter().map(|m| m.chars).sum();
-        let text = summary::check(&s.text, replaced).unwrap();
+        let text = summary::check(&s.text, replaced, 6_000).unwrap();
         assert!(
             text.starts_with(
                 "**Investigating:** Why is checkout-api returning 502s since 14:05 UTC?"

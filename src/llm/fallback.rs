@@ -18,11 +18,17 @@ use crate::summary;
 pub struct Fallback {
     llm: Box<dyn Summarizer>,
     metrics: Arc<Metrics>,
+    /// `SUMMARY_MAX_CHARS`: an LLM summary longer than this would be rejected.
+    max_chars: i64,
 }
 
 impl Fallback {
-    pub fn new(llm: Box<dyn Summarizer>, metrics: Arc<Metrics>) -> Self {
-        Self { llm, metrics }
+    pub fn new(llm: Box<dyn Summarizer>, metrics: Arc<Metrics>, max_chars: usize) -> Self {
+        Self {
+            llm,
+            metrics,
+            max_chars: i64::try_from(max_chars).unwrap_or(i64::MAX),
+        }
     }
 
     async fn summarize_with(
@@ -33,7 +39,7 @@ impl Fallback {
         let reason = match self.llm.summarize_in_context(context, old).await {
             Ok(summary) => {
                 let replaced: i64 = old.iter().map(|m| m.chars).sum();
-                match summary::check(&summary.text, replaced) {
+                match summary::check(&summary.text, replaced, self.max_chars) {
                     Ok(_) => return Ok(summary),
                     Err(rejected) => {
                         self.metrics.llm_failed("invalid_summary");
@@ -96,7 +102,11 @@ mod tests {
     }
 
     fn fallback(answer: Result<Summary, fn() -> LlmError>) -> Fallback {
-        Fallback::new(Box::new(Answers(answer)), Arc::new(Metrics::default()))
+        Fallback::new(
+            Box::new(Answers(answer)),
+            Arc::new(Metrics::default()),
+            6_000,
+        )
     }
 
     #[tokio::test]
@@ -112,7 +122,7 @@ mod tests {
             Some("HTTP 503: upstream down")
         );
         assert!(
-            summary::check(&summary.text, 10_000).is_ok(),
+            summary::check(&summary.text, 10_000, 6_000).is_ok(),
             "{}",
             summary.text
         );

@@ -1,22 +1,25 @@
 //! Summarizers: what turns the old part of a session into one summary.
 //!
-//! [`Extractive`] runs offline and needs no key; [`OpenAiClient`] calls any
-//! OpenAI-compatible endpoint with retries; [`AnthropicClient`] calls Anthropic's
-//! Messages API, a [`chat::Chat`] provider that [`SingleRequest`] turns into a
-//! summarizer. [`Fallback`] has the extractive summarizer stand in when the LLM fails
-//! (`LLM_FALLBACK`). All sit behind [`Summarizer`] so the worker neither knows nor cares
-//! which one it holds. The prompt is [`prompt`]'s; what every HTTP provider shares is
-//! `http`'s.
+//! [`Extractive`] runs offline and needs no key. An LLM is two levels: a provider that
+//! answers one [`chat::ChatRequest`] with its own retries ([`OpenAiClient`] for any
+//! OpenAI-compatible endpoint, [`AnthropicClient`] for Anthropic's Messages API), and
+//! [`LlmSummarizer`] above it, which decides what each request holds: the prompt
+//! ([`prompt`]), and within `LLM_MAX_INPUT_TOKENS` ([`tokens`]) the old part whole or in
+//! chunks ([`chunks`]). [`Fallback`] has the extractive summarizer stand in when the LLM
+//! fails (`LLM_FALLBACK`). All sit behind [`Summarizer`] so the worker neither knows nor
+//! cares which one it holds. What every HTTP provider shares is `http`'s.
 
 mod anthropic;
 pub mod chat;
+mod chunked;
+pub mod chunks;
 mod extractive;
 mod fallback;
 mod http;
 mod openai;
 pub mod prompt;
 mod retry;
-mod single;
+pub mod tokens;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,10 +27,10 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 pub use anthropic::AnthropicClient;
+pub use chunked::LlmSummarizer;
 pub use extractive::Extractive;
 pub use fallback::Fallback;
 pub use openai::OpenAiClient;
-pub use single::SingleRequest;
 
 use crate::config::{FallbackMode, LlmSettings, Provider};
 use crate::message::Message;
@@ -130,14 +133,21 @@ pub fn from_settings(
 ) -> anyhow::Result<Box<dyn Summarizer>> {
     let summarizer: Box<dyn Summarizer> = match settings.provider {
         Provider::Extractive => return Ok(Box::new(Extractive)),
-        Provider::OpenAi => Box::new(OpenAiClient::new(settings.clone(), metrics.clone())?),
-        Provider::Anthropic => Box::new(SingleRequest::new(
-            AnthropicClient::new(settings.clone(), metrics.clone())?,
-            settings.prompt.clone(),
+        Provider::OpenAi => Box::new(LlmSummarizer::new(
+            Box::new(OpenAiClient::new(settings.clone(), metrics.clone())?),
+            settings,
+        )),
+        Provider::Anthropic => Box::new(LlmSummarizer::new(
+            Box::new(AnthropicClient::new(settings.clone(), metrics.clone())?),
+            settings,
         )),
     };
     Ok(match settings.fallback {
         FallbackMode::None => summarizer,
-        FallbackMode::Extractive => Box::new(Fallback::new(summarizer, metrics)),
+        FallbackMode::Extractive => Box::new(Fallback::new(
+            summarizer,
+            metrics,
+            settings.summary_max_chars,
+        )),
     })
 }

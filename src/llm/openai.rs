@@ -16,9 +16,9 @@ use reqwest::{Client, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{LlmError, Summarizer, Summary, http, prompt};
+use super::chat::{Chat, ChatRequest};
+use super::{LlmError, Summary, http};
 use crate::config::LlmSettings;
-use crate::message::Message;
 use crate::metrics::Metrics;
 
 pub struct OpenAiClient {
@@ -43,20 +43,18 @@ impl OpenAiClient {
         })
     }
 
-    async fn complete(&self, context: &[Message], old: &[Message]) -> Result<Summary, LlmError> {
-        let prompt = &self.settings.prompt;
+    async fn send(&self, request: &ChatRequest) -> Result<Summary, LlmError> {
         let body = json!({
-            "model": self.settings.model,
+            "model": request.model.as_deref().unwrap_or(&self.settings.model),
             "temperature": 0,
+            "max_tokens": request.max_tokens,
             "messages": [
-                {"role": "system", "content": prompt.system()},
-                {"role": "user", "content": prompt::transcript_with_context(context, old)},
+                {"role": "system", "content": request.system},
+                {"role": "user", "content": request.user},
             ],
         });
         let attempt = |timeout: Duration| self.attempt(&body, timeout);
-        let mut summary = http::with_logged_retries(&self.settings, &self.metrics, attempt).await?;
-        summary.prompt_version = Some(prompt.version().to_owned());
-        Ok(summary)
+        http::with_logged_retries(&self.settings, &self.metrics, attempt).await
     }
 
     async fn attempt(
@@ -79,6 +77,12 @@ impl OpenAiClient {
             return Ok(summary);
         }
         let body = http::excerpt(key, &answer.body);
+        if is_context_length(answer.status, &answer.body) {
+            return Err(LlmError::ContextLength(format!(
+                "HTTP {}: {body}",
+                answer.status.as_u16()
+            )));
+        }
         if is_retryable(answer.status) {
             Err(LlmError::Transient {
                 cause: format!("HTTP {}: {body}", answer.status.as_u16()),
@@ -93,18 +97,41 @@ impl OpenAiClient {
     }
 }
 
-impl Summarizer for OpenAiClient {
-    fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.complete(&[], old).boxed()
-    }
-
-    fn summarize_in_context<'a>(
+impl Chat for OpenAiClient {
+    fn complete<'a>(
         &'a self,
-        context: &'a [Message],
-        old: &'a [Message],
+        request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.complete(context, old).boxed()
+        self.send(request).boxed()
     }
+}
+
+/// Whether a refusal says the request is larger than the model's context: OpenAI's
+/// error code `context_length_exceeded`, or the wording OpenAI-compatible servers (vLLM,
+/// LiteLLM, Ollama) use for it ("maximum context length is ...", "context length
+/// exceeded"). Such a request may succeed smaller, unlike other 4xx.
+fn is_context_length(status: StatusCode, body: &str) -> bool {
+    if status != StatusCode::BAD_REQUEST && status != StatusCode::PAYLOAD_TOO_LARGE {
+        return false;
+    }
+    let code = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/code")
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        });
+    if code.as_deref() == Some("context_length_exceeded") {
+        return true;
+    }
+    let lower = body.to_ascii_lowercase();
+    [
+        "maximum context length",
+        "context length exceeded",
+        "context_length_exceeded",
+    ]
+    .iter()
+    .any(|phrase| lower.contains(phrase))
 }
 
 fn is_retryable(status: StatusCode) -> bool {
@@ -180,6 +207,20 @@ mod tests {
         for code in [400, 401, 403, 404, 422] {
             assert!(!is_retryable(StatusCode::from_u16(code).unwrap()), "{code}");
         }
+    }
+
+    #[test]
+    fn context_length_refusals_are_told_apart_from_other_4xx() {
+        let openai = r#"{"error": {"message": "This model's maximum context length is 128000 tokens. However, your messages resulted in 650000 tokens.", "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}"#;
+        let vllm = r#"{"object":"error","message":"This model's maximum context length is 8192 tokens. However, you requested 9000 tokens","type":"BadRequestError","code":400}"#;
+        assert!(is_context_length(StatusCode::BAD_REQUEST, openai));
+        assert!(is_context_length(StatusCode::BAD_REQUEST, vllm));
+        assert!(!is_context_length(
+            StatusCode::BAD_REQUEST,
+            r#"{"error": {"message": "Invalid model", "code": "model_not_found"}}"#
+        ));
+        assert!(!is_context_length(StatusCode::UNAUTHORIZED, openai));
+        assert!(!is_context_length(StatusCode::BAD_REQUEST, "<html>"));
     }
 
     #[test]

@@ -151,6 +151,9 @@ pub struct NewSummary<'a> {
     /// Why the fallback summarizer wrote it, when it did (`LLM_FALLBACK`).
     pub fallback_reason: Option<&'a str>,
     pub messages_kept: i64,
+    /// The tokenizer's count of the removed part, and of the summary.
+    pub tokens_removed: i64,
+    pub summary_tokens: i64,
     pub request_id: &'a str,
     /// Time since the lease was taken, for the duration histogram.
     pub duration_ms: i64,
@@ -444,6 +447,8 @@ impl PgStore {
             "chars_removed": chars_removed,
             "messages_kept": summary.messages_kept,
             "summary_chars": crate::message::char_count(summary.text),
+            "tokens_removed": summary.tokens_removed,
+            "summary_tokens": summary.summary_tokens,
             "request_id": summary.request_id,
             "duration_ms": summary.duration_ms,
         });

@@ -24,6 +24,9 @@ pub struct Stats {
     pub total_summarizations: i64,
     pub total_chars_compacted: i64,
     pub total_messages_compacted: i64,
+    /// The tokenizer's count (`o200k_base`) of what the compactions in force removed;
+    /// compactions written before token figures existed count as zero.
+    pub total_tokens_compacted: i64,
     /// Tokens of every summarization call, restored ones included.
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
@@ -74,7 +77,7 @@ impl PgStore {
     pub async fn stats(&self, days: i32) -> Result<StatsReport, StoreError> {
         let totals = sqlx::query(
             "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
-                    prompt_tokens, completion_tokens,
+                    total_tokens_compacted, prompt_tokens, completion_tokens,
                     to_char(last_summarization_at AT TIME ZONE 'UTC',
                             'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS last_summarization_at
              FROM summarization_stats",
@@ -132,6 +135,7 @@ impl PgStore {
                 total_summarizations: total,
                 total_chars_compacted: chars,
                 total_messages_compacted: totals.try_get("total_messages_compacted")?,
+                total_tokens_compacted: totals.try_get("total_tokens_compacted")?,
                 prompt_tokens: totals.try_get("prompt_tokens")?,
                 completion_tokens: totals.try_get("completion_tokens")?,
                 average_chars_removed: (total > 0).then(|| chars as f64 / total as f64),
@@ -179,6 +183,10 @@ impl fmt::Display for StatsReport {
             (
                 "total_messages_compacted",
                 stats.total_messages_compacted.to_string(),
+            ),
+            (
+                "total_tokens_compacted",
+                stats.total_tokens_compacted.to_string(),
             ),
             ("average_chars_removed", opt(stats.average_chars_removed)),
             ("p50_duration_ms", opt(stats.p50_duration_ms)),

@@ -169,7 +169,10 @@ async fn server_errors_until_the_deadline_fail_open() {
 async fn a_client_error_is_not_retried() {
     let app = spawn_app().await;
     Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(400).set_body_string("context_length_exceeded"))
+        // (A context-length refusal is the one 400 that is retried, smaller: see budgets.rs.)
+        .respond_with(ResponseTemplate::new(400).set_body_string(
+            r#"{"error": {"message": "The model `fake-model` does not exist", "code": "model_not_found"}}"#,
+        ))
         .mount(&app.llm)
         .await;
     app.append_turns("s", 5).await;

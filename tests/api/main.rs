@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod access;
+mod budgets;
 mod check;
 mod client;
 mod compaction;

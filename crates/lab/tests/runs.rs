@@ -95,7 +95,7 @@ async fn the_benchmark_smoke_run_reports_every_figure() {
     // No target is asserted (a smoke run on a shared CI machine measures little), but
     // every figure must be there and be a real measurement.
     let targets = report["targets"].as_array().unwrap();
-    assert_eq!(targets.len(), 8, "{stdout}");
+    assert_eq!(targets.len(), 9, "{stdout}");
     for target in targets {
         assert!(target["ours"].as_f64().unwrap() > 0.0, "{target}");
         assert!(target["baseline"].as_f64().unwrap() > 0.0, "{target}");

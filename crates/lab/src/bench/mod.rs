@@ -6,7 +6,8 @@
 //! a bare NATS request/reply echo and a bare Postgres primary-key SELECT (the baselines);
 //! the no-op path end to end; the no-op path on a 10,000-message session; the compaction
 //! path against the Little's-law bound; the worker's own cost per compaction without the
-//! LLM; and the worker's resident memory.
+//! LLM; its cost to compact a 2 MB old part in chunks within the token budget, with an
+//! LLM that answers at once; and the worker's resident memory.
 
 mod load;
 mod report;
@@ -14,6 +15,7 @@ mod seed;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -25,7 +27,8 @@ use crate::db::Scratch;
 use crate::worker_process;
 use summarizer::client::{Decision, TurnClient};
 use summarizer::config::{Limits, Settings};
-use summarizer::llm::{LlmError, Summarizer, Summary};
+use summarizer::llm::chat::{Chat, ChatRequest};
+use summarizer::llm::{LlmError, LlmSummarizer, Summarizer, Summary};
 use summarizer::message::Message;
 use summarizer::outcome::{Outcome, Reason, Status};
 use summarizer::store::PgStore;
@@ -69,6 +72,8 @@ struct Sizes {
     concurrent: usize,
     compactions: usize,
     cost_sessions: usize,
+    /// 2 MB sessions compacted in chunks (one more, untimed, first).
+    chunked_sessions: usize,
 }
 
 impl Sizes {
@@ -81,6 +86,7 @@ impl Sizes {
                 concurrent: 2_000,
                 compactions: 128,
                 cost_sessions: 5,
+                chunked_sessions: 2,
             }
         } else {
             Self {
@@ -90,6 +96,7 @@ impl Sizes {
                 concurrent: 100_000,
                 compactions: 1_280,
                 cost_sessions: 40,
+                chunked_sessions: 10,
             }
         }
     }
@@ -142,6 +149,7 @@ async fn measure(
         &db.agents,
         sizes.compactions,
         sizes.cost_sessions + COST_WARMUP,
+        sizes.chunked_sessions + 1,
     )
     .await?;
     let llm = crate::fake_llm::start(
@@ -270,6 +278,9 @@ async fn measure(
     worker_process::stop(&mut worker, "TERM").await;
 
     report.worker_cost = Some(worker_cost(store, &seeded.thousand).await?);
+    let (cost, requests) = chunked_cost(store, &seeded.two_mb).await?;
+    report.chunked_cost = Some(cost);
+    report.chunked_requests = requests;
     report.stats = Some(stats_at_scale(store, sizes.usage_events).await?);
     report.usage_events = sizes.usage_events;
     echo.kill().await?;
@@ -320,20 +331,25 @@ async fn turns(
     .await
 }
 
-/// The worker's own cost per compaction (load, plan, commit) on 1,000-message sessions,
-/// in this process, with a summarizer that answers at once.
-async fn worker_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<Measurement> {
-    let policy = Policy {
+/// The policy of the in-process workers: the bench's limits, no backoff.
+fn in_process_policy() -> Policy {
+    Policy {
         enabled: true,
         limits: LIMITS,
         lease_duration: Duration::from_secs(60),
         failure_backoff: Duration::ZERO,
         failure_backoff_max: Duration::ZERO,
-    };
+        summary_max_chars: 6_000,
+    }
+}
+
+/// The worker's own cost per compaction (load, plan, commit) on 1,000-message sessions,
+/// in this process, with a summarizer that answers at once.
+async fn worker_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<Measurement> {
     let worker = Arc::new(Worker::new(
         store.clone(),
         Arc::new(Instant),
-        policy,
+        in_process_policy(),
         Arc::default(),
     ));
     let sessions = Arc::new(sessions.to_vec());
@@ -349,6 +365,38 @@ async fn worker_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<Mea
         }
     })
     .await
+}
+
+/// The worker's cost to compact a 2 MB session whose old part is summarized in chunks:
+/// load, plan, render, count and chunk within the default `LLM_MAX_INPUT_TOKENS`, then
+/// commit, with the production `LlmSummarizer` over a provider that answers at once.
+/// Returns it with the average number of requests per compaction.
+async fn chunked_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<(Measurement, f64)> {
+    let chat = InstantChat::default();
+    let requests = chat.requests.clone();
+    let summarizer =
+        LlmSummarizer::with_budget(Box::new(chat), 100_000, 2_000, Duration::from_secs(600));
+    let worker = Arc::new(Worker::new(
+        store.clone(),
+        Arc::new(summarizer),
+        in_process_policy(),
+        Arc::default(),
+    ));
+    let sessions = Arc::new(sessions.to_vec());
+    let timed = sessions.len() - 1;
+    let m = load::run(1, timed, 1, move |i| {
+        let (worker, sessions) = (worker.clone(), sessions.clone());
+        async move {
+            let event = Event::new(sessions[i].clone(), None);
+            match worker.process(&event).await.outcome {
+                Outcome::Compacted(c) if c.chars_removed > 1_900_000 => Ok(()),
+                other => bail!("expected a 2 MB compaction, got {other:?}"),
+            }
+        }
+    })
+    .await?;
+    let per_compaction = requests.load(Ordering::Relaxed) as f64 / (timed + 1) as f64;
+    Ok((m, per_compaction))
 }
 
 /// `GET /stats`'s query (the same function) over `events` usage events spread over 90
@@ -396,6 +444,22 @@ impl Summarizer for Instant {
             ..Summary::default()
         }))
         .boxed()
+    }
+}
+
+/// A provider that answers every request at once with a valid summary, counting them.
+#[derive(Default)]
+struct InstantChat {
+    requests: Arc<AtomicUsize>,
+}
+
+impl Chat for InstantChat {
+    fn complete<'a>(
+        &'a self,
+        _request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<Summary, LlmError>> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        Instant.summarize(&[])
     }
 }
 

@@ -13,6 +13,8 @@ pub struct Seeded {
     pub over: Vec<String>,
     /// Sessions of 1,000 messages (100,000 chars), over the threshold.
     pub thousand: Vec<String>,
+    /// Sessions of 500 messages of prose (2 MB), over the threshold.
+    pub two_mb: Vec<String>,
 }
 
 /// `sessions` sessions named `<prefix><n>` of `messages` messages of `chars` chars, a
@@ -38,12 +40,36 @@ async fn insert(
     Ok((1..=sessions).map(|n| format!("{prefix}{n}")).collect())
 }
 
-pub async fn sessions(pool: &PgPool, over: usize, thousand: usize) -> anyhow::Result<Seeded> {
+/// `sessions` sessions named `<prefix><n>` of 500 messages of about 4,000 chars of prose
+/// each (a realistic text for the tokenizer, unlike a run of one letter), a human turn
+/// every fourth message.
+async fn insert_prose(pool: &PgPool, prefix: &str, sessions: usize) -> anyhow::Result<Vec<String>> {
+    sqlx::query(
+        "INSERT INTO messages (session_id, seq, role, content)
+         SELECT $1 || s, m, CASE WHEN m % 4 = 0 THEN 'user' ELSE 'assistant' END,
+                'Finding ' || m || ': ' || repeat('the connection pool on orders-db stayed '
+                    || 'saturated at 14:01 while retries piled up (502 on checkout-api) ', 42)
+         FROM generate_series(1, $2) AS s, generate_series(0, 499) AS m",
+    )
+    .bind(prefix)
+    .bind(i32::try_from(sessions)?)
+    .execute(pool)
+    .await?;
+    Ok((1..=sessions).map(|n| format!("{prefix}{n}")).collect())
+}
+
+pub async fn sessions(
+    pool: &PgPool,
+    over: usize,
+    thousand: usize,
+    two_mb: usize,
+) -> anyhow::Result<Seeded> {
     let small = insert(pool, "bench-small-", 1_000, 10, 200).await?;
     let ten = insert(pool, "bench-ten-", 1, 10, 200).await?.remove(0);
     let huge = insert(pool, "bench-huge-", 1, 10_000, 5).await?.remove(0);
     let over = insert(pool, "bench-over-", over, 20, 4_000).await?;
     let thousand = insert(pool, "bench-thousand-", thousand, 1_000, 100).await?;
+    let two_mb = insert_prose(pool, "bench-2mb-", two_mb).await?;
     sqlx::query("ANALYZE").execute(pool).await?;
     Ok(Seeded {
         small,
@@ -51,5 +77,6 @@ pub async fn sessions(pool: &PgPool, over: usize, thousand: usize) -> anyhow::Re
         huge,
         over,
         thousand,
+        two_mb,
     })
 }

@@ -1,0 +1,320 @@
+//! [`LlmSummarizer`]: a [`Summarizer`] over any [`Chat`] provider that keeps every request
+//! within `LLM_MAX_INPUT_TOKENS`, whatever the size of the old part.
+//!
+//! The old part is rendered message by message and each message counted with the
+//! tokenizer. When the whole transcript fits, it goes as one request, as it always did.
+//! Otherwise it is split at message boundaries into chunks ([`super::chunks`]) summarized
+//! oldest first, each request holding the running summary of the chunks before it as the
+//! `[earlier summary]` the prompt folds in; the last answer, in the seed's template, is
+//! the summary. A message that alone is over a chunk's room is clipped head and tail with
+//! a marker. A provider's context-length error shrinks the budget (x0.7, at most
+//! [`MAX_SHRINKS`] times in one summarization) and the rest is planned again.
+//!
+//! `LLM_DEADLINE_MS` bounds the whole summarization, every chunk's request, retries and
+//! waits included, not each request: the session's lease (`LEASE_DURATION_MS`, kept
+//! above the deadline) is what keeps other workers out meanwhile, and a summarization
+//! that outlived it would be thrown away at commit. A very long history with a slow model
+//! therefore needs a longer deadline (and lease), not a per-request one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{BoxFuture, FutureExt};
+use tokio::time::Instant;
+
+use super::chat::{Chat, ChatRequest};
+use super::chunks;
+use super::prompt::{Prompt, Transcript};
+use super::{LlmError, Summarizer, Summary, tokens};
+use crate::config::LlmSettings;
+use crate::message::Message;
+
+/// Context-length errors survived in one summarization before it fails: 0.7^4 is about
+/// a quarter of the configured budget, past which the setting is wrong, not a little off.
+pub const MAX_SHRINKS: usize = 4;
+
+/// A chunk's room under this many tokens is no room: the budget is too small for the
+/// prompt and the running summary.
+const MIN_CHUNK_TOKENS: usize = 64;
+
+/// Room for the running summary's header (`[earlier summary]`) beyond its text.
+const RUNNING_HEADER_TOKENS: usize = 16;
+
+/// Old parts with more characters than this are rendered, counted and planned on the
+/// blocking pool: counting runs at tens of MB/s, so below this it takes well under a
+/// millisecond and the hop would cost more than it saves.
+const OFF_THREAD_CHARS: usize = 32 * 1024;
+
+pub struct LlmSummarizer {
+    chat: Box<dyn Chat>,
+    prompt: Prompt,
+    max_input_tokens: usize,
+    summary_max_tokens: u32,
+    deadline: Duration,
+}
+
+impl LlmSummarizer {
+    /// With the budgets `settings` give (`LLM_MAX_INPUT_TOKENS`, `SUMMARY_MAX_CHARS`,
+    /// `LLM_DEADLINE_MS`).
+    pub fn new(chat: Box<dyn Chat>, settings: &LlmSettings) -> Self {
+        Self::with_budget(
+            chat,
+            settings.max_input_tokens,
+            settings.summary_max_tokens(),
+            settings.deadline,
+        )
+        .with_prompt(settings.prompt.clone())
+    }
+
+    /// The system prompt in force (`SUMMARY_PROMPT_FILE`), instead of the default.
+    pub fn with_prompt(mut self, prompt: Prompt) -> Self {
+        self.prompt = prompt;
+        self
+    }
+
+    /// Every request within `max_input_tokens`, each answer asked to stay within
+    /// `summary_max_tokens`, the whole within `deadline`.
+    pub fn with_budget(
+        chat: Box<dyn Chat>,
+        max_input_tokens: usize,
+        summary_max_tokens: u32,
+        deadline: Duration,
+    ) -> Self {
+        Self {
+            chat,
+            prompt: Prompt::default(),
+            max_input_tokens,
+            summary_max_tokens,
+            deadline,
+        }
+    }
+
+    async fn summarize_all(
+        &self,
+        context: &[Message],
+        old: &[Message],
+    ) -> Result<Summary, LlmError> {
+        let deadline = Instant::now() + self.deadline;
+        let large = old.iter().map(|m| m.content.len()).sum::<usize>() > OFF_THREAD_CHARS;
+        let (context, owned, system) = (
+            context.to_vec(),
+            old.to_vec(),
+            self.prompt.system().to_owned(),
+        );
+        let rendered = Arc::new(cpu(large, move || Rendered::of(system, &context, &owned)).await?);
+        let mut budget = self.max_input_tokens;
+        let mut shrinks = 0;
+        let mut next = 0;
+        let mut requests = 0;
+        let mut summary: Option<Summary> = None;
+        loop {
+            let running = summary.as_ref().map(|s| s.text.clone());
+            let (request, end) = self
+                .next_request(&rendered, large, next, budget, running)
+                .await?;
+            requests += 1;
+            let answered = tokio::time::timeout_at(deadline, self.chat.complete(&request))
+                .await
+                .map_err(|_| LlmError::Transient {
+                    cause: format!(
+                        "deadline reached during request {requests} (messages {next}..{end} \
+                         of {})",
+                        rendered.pieces.len()
+                    ),
+                    retry_after: None,
+                })?;
+            match answered {
+                Ok(answer) => {
+                    summary = Some(merge_usage(summary, answer));
+                    next = end;
+                    if next >= rendered.pieces.len() {
+                        break;
+                    }
+                }
+                Err(LlmError::ContextLength(cause)) if shrinks < MAX_SHRINKS => {
+                    shrinks += 1;
+                    budget = shrink(budget);
+                    tracing::warn!(
+                        budget,
+                        shrinks,
+                        error = %cause,
+                        "the model's context is below LLM_MAX_INPUT_TOKENS; shrinking the budget"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let mut summary =
+            summary.ok_or_else(|| LlmError::Invalid("no request was answered".to_owned()))?;
+        summary.prompt_version = Some(self.prompt.version().to_owned());
+        Ok(summary)
+    }
+}
+
+impl LlmSummarizer {
+    /// The request for the chunk from message `next` (see [`Rendered::request`]), planned
+    /// on the blocking pool for a large old part.
+    async fn next_request(
+        &self,
+        rendered: &Arc<Rendered>,
+        large: bool,
+        next: usize,
+        budget: usize,
+        running: Option<String>,
+    ) -> Result<(ChatRequest, usize), LlmError> {
+        let rendered = Arc::clone(rendered);
+        let max_tokens = self.summary_max_tokens;
+        cpu(large, move || {
+            rendered.request(next, budget, running.as_deref(), max_tokens)
+        })
+        .await?
+    }
+}
+
+impl Summarizer for LlmSummarizer {
+    fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
+        self.summarize_all(&[], old).boxed()
+    }
+
+    fn summarize_in_context<'a>(
+        &'a self,
+        context: &'a [Message],
+        old: &'a [Message],
+    ) -> BoxFuture<'a, Result<Summary, LlmError>> {
+        self.summarize_all(context, old).boxed()
+    }
+}
+
+/// 70% of `budget` (the multiplication cannot overflow, whatever the setting).
+fn shrink(budget: usize) -> usize {
+    budget - budget / 10 * 3
+}
+
+/// The latest answer, with the token usage of every answer so far.
+fn merge_usage(before: Option<Summary>, mut latest: Summary) -> Summary {
+    if let Some(before) = before {
+        let add = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        latest.prompt_tokens = add(before.prompt_tokens, latest.prompt_tokens);
+        latest.completion_tokens = add(before.completion_tokens, latest.completion_tokens);
+    }
+    latest
+}
+
+/// The old part rendered for the transcript, message by message, with token counts.
+#[derive(Debug)]
+struct Rendered {
+    system: String,
+    transcript: Transcript,
+    /// Tokens of the system prompt and the transcript's header.
+    fixed_tokens: usize,
+    pieces: Vec<String>,
+    tokens: Vec<usize>,
+}
+
+impl Rendered {
+    fn of(system: String, context: &[Message], old: &[Message]) -> Self {
+        let transcript = Transcript::for_messages(context, old);
+        let fixed_tokens =
+            tokens::count(&system) + transcript.fixed().map(tokens::count).sum::<usize>();
+        let pieces: Vec<String> = old.iter().map(|m| transcript.message(m)).collect();
+        let tokens = pieces.iter().map(|p| tokens::count(p)).collect();
+        Self {
+            system,
+            transcript,
+            fixed_tokens,
+            pieces,
+            tokens,
+        }
+    }
+
+    /// The request for the chunk starting at message `next`, within `budget` tokens with
+    /// the `running` summary folded in, and the end of that chunk.
+    ///
+    /// # Errors
+    /// [`LlmError::ContextLength`] when the budget leaves no room for a chunk.
+    fn request(
+        &self,
+        next: usize,
+        budget: usize,
+        running: Option<&str>,
+        max_tokens: u32,
+    ) -> Result<(ChatRequest, usize), LlmError> {
+        let no_room = |room: usize| {
+            LlmError::ContextLength(format!(
+                "a budget of {budget} tokens leaves {room} for the transcript after the prompt \
+                 and the running summary; raise LLM_MAX_INPUT_TOKENS"
+            ))
+        };
+        // Chat formats add a few tokens per message; the rest of the margin absorbs the
+        // small differences between counting pieces and counting their concatenation.
+        let margin = budget / 50 + 16;
+        let before_running = budget.saturating_sub(self.fixed_tokens + margin);
+        // The running summary is asked to stay under `max_tokens`; a provider that
+        // ignores that gets it clipped to that size, so that it cannot crowd out the
+        // transcript.
+        let running = match running {
+            None => None,
+            Some(text) => {
+                let rendered = self.transcript.running_summary(text);
+                let limit = (max_tokens as usize).min(before_running / 2) + RUNNING_HEADER_TOKENS;
+                Some(chunks::clip_to(&rendered, limit, tokens::count).ok_or_else(|| no_room(0))?)
+            }
+        };
+        let room = before_running.saturating_sub(
+            running
+                .as_deref()
+                .map_or(0, |r| tokens::count(r) + chunks::JOIN_TOKENS),
+        );
+        if room < MIN_CHUNK_TOKENS {
+            return Err(no_room(room));
+        }
+        let end = chunks::next_chunk(&self.tokens, next, room);
+        let mut transcript: Vec<std::borrow::Cow<'_, str>> = Vec::with_capacity(end - next + 1);
+        transcript.extend(running.map(std::borrow::Cow::Owned));
+        for i in next..end {
+            let piece = self.pieces[i].as_str();
+            if chunks::oversize(self.tokens[i], room) {
+                let limit = room - chunks::JOIN_TOKENS;
+                let clipped =
+                    chunks::clip_to(piece, limit, tokens::count).ok_or_else(|| no_room(room))?;
+                transcript.push(clipped.into());
+            } else {
+                transcript.push(piece.into());
+            }
+        }
+        let request = ChatRequest {
+            system: self.system.clone(),
+            user: self.transcript.assemble(transcript),
+            max_tokens,
+            model: None,
+        };
+        Ok((request, end))
+    }
+}
+
+/// Runs `work` on the blocking pool when `large`, inline otherwise.
+async fn cpu<T, F>(large: bool, work: F) -> Result<T, LlmError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    if !large {
+        return Ok(work());
+    }
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => Ok(done),
+        // The compaction's task catches the panic (see `Worker::compact_in_task`).
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The blocking pool cancels a task only when the runtime shuts down.
+        Err(_) => Err(LlmError::Transient {
+            cause: "summarization was cancelled at shutdown".to_owned(),
+            retry_after: None,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests;

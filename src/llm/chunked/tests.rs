@@ -1,0 +1,226 @@
+use std::sync::Mutex;
+
+use super::*;
+use crate::llm::prompt;
+use crate::message::Role;
+
+const SUMMARY: &str = "**Investigating:** checkout 502s\n**Key findings:**\n- pool at 100/100\n**Ruled out:** DNS\n**Current state:** raising the pool";
+
+/// A provider that answers at once: [`SUMMARY`] to a request within its `limit` (system
+/// and user tokens together), a context-length error to a larger one. Keeps every request.
+struct Fake {
+    limit: usize,
+    delay: Duration,
+    requests: Arc<Mutex<Vec<ChatRequest>>>,
+}
+
+impl Fake {
+    fn new(limit: usize) -> (Self, Arc<Mutex<Vec<ChatRequest>>>) {
+        let requests = Arc::default();
+        let fake = Self {
+            limit,
+            delay: Duration::ZERO,
+            requests: Arc::clone(&requests),
+        };
+        (fake, requests)
+    }
+}
+
+fn size(request: &ChatRequest) -> usize {
+    tokens::count(&request.system) + tokens::count(&request.user)
+}
+
+impl Chat for Fake {
+    fn complete<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<Summary, LlmError>> {
+        self.requests.lock().unwrap().push(request.clone());
+        let answer = if size(request) > self.limit {
+            Err(LlmError::ContextLength(format!(
+                "maximum context length is {} tokens",
+                self.limit
+            )))
+        } else {
+            Ok(Summary {
+                text: SUMMARY.to_owned(),
+                model: "fake".to_owned(),
+                prompt_tokens: Some(10),
+                completion_tokens: Some(3),
+                ..Summary::default()
+            })
+        };
+        let delay = self.delay;
+        async move {
+            tokio::time::sleep(delay).await;
+            answer
+        }
+        .boxed()
+    }
+}
+
+fn msg(role: Role, content: String) -> Message {
+    Message {
+        seq: 0,
+        role,
+        chars: content.chars().count() as i64,
+        content,
+        tool_calls: None,
+        tool_call_id: None,
+        is_summary: false,
+    }
+}
+
+/// `turns` numbered human turns with an answer of `answer_chars` each.
+fn history(turns: usize, answer_chars: usize) -> Vec<Message> {
+    (0..turns)
+        .flat_map(|n| {
+            [
+                msg(Role::User, format!("question {n}: why is checkout slow?")),
+                msg(
+                    Role::Assistant,
+                    format!(
+                        "answer {n}: {}",
+                        "orders-db pool saturated at 14:01 ".repeat(answer_chars / 34)
+                    ),
+                ),
+            ]
+        })
+        .collect()
+}
+
+fn summarizer(chat: Fake, budget: usize) -> LlmSummarizer {
+    LlmSummarizer::with_budget(Box::new(chat), budget, 200, Duration::from_secs(60))
+}
+
+#[tokio::test]
+async fn an_old_part_that_fits_goes_as_one_request_as_before() {
+    let (fake, requests) = Fake::new(100_000);
+    let old = history(3, 200);
+
+    let summary = summarizer(fake, 100_000).summarize(&old).await.unwrap();
+
+    assert_eq!(summary.text, SUMMARY);
+    let requests = requests.lock().unwrap();
+    assert_eq!(requests.len(), 1);
+    // The same transcript as one request of the whole, but for its random marker.
+    assert_eq!(
+        unmarked(&requests[0].user),
+        unmarked(&prompt::transcript(&old))
+    );
+    assert_eq!(requests[0].system, prompt::system_prompt());
+    assert_eq!(requests[0].max_tokens, 200);
+}
+
+#[tokio::test]
+async fn a_large_old_part_goes_in_chunks_that_fit_oldest_first_with_the_summary_folded_in() {
+    let (fake, requests) = Fake::new(2_000);
+    let old = history(60, 600);
+
+    let summary = summarizer(fake, 2_000).summarize(&old).await.unwrap();
+
+    assert_eq!(summary.text, SUMMARY);
+    let requests = requests.lock().unwrap();
+    assert!(requests.len() > 5, "{}", requests.len());
+    assert_eq!(summary.prompt_tokens, Some(10 * requests.len() as i64));
+    let mut seen = 0;
+    for (i, request) in requests.iter().enumerate() {
+        assert!(size(request) <= 2_000, "request {i}: {}", size(request));
+        assert_eq!(
+            request
+                .user
+                .contains(" earlier summary]\n**Investigating:** checkout 502s"),
+            i > 0,
+            "request {i}"
+        );
+        // Whole messages, in order, none twice, none left out.
+        while seen < old.len() && request.user.contains(old[seen].content.trim()) {
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, old.len());
+}
+
+#[tokio::test]
+async fn a_message_larger_than_a_chunk_is_clipped_with_the_marker() {
+    let (fake, requests) = Fake::new(3_000);
+    let dump = format!("BEGIN {} END", "GET /api/orders 200 12ms\n".repeat(40_000));
+    let mut old = history(2, 100);
+    old.insert(2, msg(Role::Tool, dump));
+
+    summarizer(fake, 3_000).summarize(&old).await.unwrap();
+
+    let requests = requests.lock().unwrap();
+    let clipped: Vec<_> = requests
+        .iter()
+        .filter(|r| r.user.contains("characters left out ...]"))
+        .collect();
+    assert_eq!(clipped.len(), 1);
+    assert!(clipped[0].user.contains("BEGIN GET /api/orders"));
+    assert!(clipped[0].user.contains("200 12ms\n END"));
+    assert!(requests.iter().all(|r| size(r) <= 3_000));
+}
+
+#[tokio::test]
+async fn a_budget_over_the_models_context_shrinks_until_it_fits() {
+    let (fake, requests) = Fake::new(2_500);
+    let old = history(40, 600);
+
+    let summary = summarizer(fake, 5_000).summarize(&old).await;
+
+    assert_eq!(summary.unwrap().text, SUMMARY);
+    let requests = requests.lock().unwrap();
+    let refused = requests.iter().filter(|r| size(r) > 2_500).count();
+    assert!((1..=MAX_SHRINKS).contains(&refused), "{refused}");
+}
+
+#[tokio::test]
+async fn a_model_whose_context_never_fits_fails_after_a_few_shrinks() {
+    let (fake, requests) = Fake::new(100);
+    let old = history(40, 600);
+
+    let error = summarizer(fake, 5_000).summarize(&old).await.unwrap_err();
+
+    assert!(matches!(error, LlmError::ContextLength(_)), "{error}");
+    // The first try and one per shrink, or fewer once no room is left.
+    assert!(requests.lock().unwrap().len() <= MAX_SHRINKS + 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_bounds_the_whole_summarization_not_each_request() {
+    let (mut fake, requests) = Fake::new(2_000);
+    fake.delay = Duration::from_secs(1);
+    let old = history(60, 600);
+    let summarizer =
+        LlmSummarizer::with_budget(Box::new(fake), 2_000, 200, Duration::from_millis(3_500));
+
+    let error = summarizer.summarize(&old).await.unwrap_err();
+
+    assert!(error.is_transient(), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("deadline reached during request 4"),
+        "{error}"
+    );
+    assert_eq!(requests.lock().unwrap().len(), 4);
+}
+
+/// `text` with every transcript marker (12 hex digits after a `[`) blanked out.
+fn unmarked(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('[') {
+        out.push_str(&rest[..=i]);
+        rest = &rest[i + 1..];
+        let marker = rest
+            .get(..12)
+            .filter(|m| m.bytes().all(|b| b.is_ascii_hexdigit()));
+        if marker.is_some() {
+            out.push_str("MARKER");
+            rest = &rest[12..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
