@@ -19,5 +19,6 @@ mod outages;
 mod process;
 mod rejects;
 mod secrets;
+mod settings;
 mod skips;
 mod store;
