@@ -83,6 +83,7 @@ impl Application {
         let policy = Policy {
             enabled: settings.enabled,
             limits: settings.limits,
+            bounds: settings.bounds,
             lease_duration: settings.lease_duration,
             failure_backoff: settings.failure_backoff,
             failure_backoff_max: settings.failure_backoff_max,

@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use crate::app::Application;
 use crate::client::{Decision, TurnClient};
 use crate::config::{Settings, redact_url};
-use crate::store::PgStore;
+use crate::overrides::{self, Change, Overrides};
+use crate::store::{PgStore, SettingsError};
 use crate::{check, demo, telemetry, transport};
 
 /// Exit code for a configuration error (sysexits' EX_USAGE).
@@ -49,12 +50,22 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         days: i32,
     },
-    /// Show one session: counters, lease, backoff, last compactions (JSON).
+    /// Show one session: counters, lease, backoff, settings, last compactions (JSON).
+    /// With --set or --unset, change its settings instead and print them.
     Session {
         session_id: String,
         /// How many compactions to list, newest first.
         #[arg(long, default_value_t = 10)]
         compactions: i64,
+        /// Set one of the session's settings: enabled=true|false, threshold_chars=N,
+        /// keep_chars=N, model=NAME. Repeatable; checked as a whole, nothing is written
+        /// when one is wrong.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Make a setting inherit the configuration again (applied before --set).
+        /// Repeatable.
+        #[arg(long = "unset", value_name = "KEY")]
+        unset: Vec<String>,
     },
     /// Put a session's compacted messages back and remove the summary: the newest
     /// compaction, or every one from --compaction on.
@@ -184,7 +195,16 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
         }
         Command::Session {
             session_id,
+            set,
+            unset,
+            ..
+        } if !set.is_empty() || !unset.is_empty() => {
+            return change_session(&store(&settings)?, &settings, &session_id, &unset, &set).await;
+        }
+        Command::Session {
+            session_id,
             compactions,
+            ..
         } => {
             let store = store(&settings)?;
             match store.session(&session_id, compactions).await? {
@@ -242,6 +262,57 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
         }
         Command::Demo(args) => demo::run(settings, args).await?,
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `summarizer session <id> --set/--unset`: writes the session's settings and prints
+/// them with the limits they give under this configuration; exit 64 (usage) when an edit
+/// is wrong, with nothing written.
+async fn change_session(
+    store: &PgStore,
+    settings: &Settings,
+    session_id: &str,
+    unset: &[String],
+    set: &[String],
+) -> anyhow::Result<ExitCode> {
+    let changes: Result<Vec<Change>, _> = (unset.iter().map(|key| Change::unset(key)))
+        .chain(set.iter().map(|text| Change::set(text)))
+        .collect();
+    let written = match changes {
+        Ok(changes) => {
+            store
+                .change_session_settings(session_id, &changes, settings.limits)
+                .await
+        }
+        Err(invalid) => Err(invalid.into()),
+    };
+    let session = match written {
+        Ok(session) => session,
+        Err(SettingsError::Invalid(e)) => {
+            eprintln!("summarizer: session settings: {e}; nothing written");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+        Err(SettingsError::Store(e)) => {
+            return Err(e).context("writing the session's settings");
+        }
+    };
+    let limits = overrides::limits(
+        settings.limits,
+        settings.bounds,
+        &session,
+        Overrides::default(),
+    );
+    let printed = serde_json::json!({
+        "session_id": session_id,
+        "settings": session,
+        "effective": {
+            "enabled": settings.enabled && !session.disabled(),
+            "threshold_chars": limits.threshold_chars,
+            "keep_chars": limits.keep_chars,
+            "model": session.model.as_deref().unwrap_or(&settings.llm.model),
+        },
+    });
+    println!("{}", serde_json::to_string_pretty(&printed)?);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -9,7 +9,8 @@
 //! The pure core (no I/O), then the edges that wrap it:
 //! - [`config`]: typed settings from the environment, `.env` and a file, validated once.
 //! - [`message`]: a session's messages, as the public `messages` table holds them.
-//! - [`planner`]: which oldest messages a compaction replaces.
+//! - [`planner`]: which oldest messages a compaction replaces; [`overrides`]: the limits
+//!   one event runs with (request, then session, then configuration, clamped).
 //! - [`summary`]: the seed's summary template and the check every summary passes.
 //! - [`outcome`]: what happened to an event: the vocabulary of replies, logs and tests;
 //!   [`protocol`]: the wire request and reply, with validation. Both come from the
@@ -41,6 +42,7 @@ pub mod llm;
 pub mod message;
 pub mod metrics;
 pub mod outcome;
+pub mod overrides;
 pub mod planner;
 pub mod protocol;
 pub mod store;

@@ -197,7 +197,8 @@ async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Messag
     let _in_flight = worker.metrics().in_flight();
     let reply = match Request::decode(&message.payload) {
         Ok(request) => {
-            let event = Event::new(request.session_id, request.request_id);
+            let event = Event::new(request.session_id, request.request_id)
+                .with_overrides(request.overrides);
             let span = tracing::info_span!(
                 "event",
                 request_id = %event.request_id,

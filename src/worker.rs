@@ -2,8 +2,10 @@
 //! loop calls and the tests call directly.
 //!
 //! The order is chosen so the common case is cheap and nothing is held across the LLM
-//! call: read the counters (one primary-key read), take the lease, load and plan,
-//! summarize with no connection held, then commit in one fenced transaction.
+//! call: read the counters and the session's settings (one primary-key read), work out
+//! the event's limits (request, then session, then configuration: [`crate::overrides`]),
+//! take the lease, load and plan, summarize with no connection held, then commit in one
+//! fenced transaction.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,11 +17,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::config::Limits;
+use crate::config::{Bounds, Limits};
 use crate::llm::{Summarizer, Summary, tokens};
 use crate::message::{Message, Role, char_count};
 use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
+use crate::overrides::{self, Overrides};
 use crate::planner;
 use crate::store::{CommitError, CounterReader, Loaded, NewSummary, PgStore, StoreError};
 use crate::summary;
@@ -28,7 +31,10 @@ use crate::summary;
 #[derive(Clone, Copy, Debug)]
 pub struct Policy {
     pub enabled: bool,
+    /// The configured limits, for events that ask for none of their own.
     pub limits: Limits,
+    /// The range a request's or session's own limits are clamped into.
+    pub bounds: Bounds,
     pub lease_duration: Duration,
     pub failure_backoff: Duration,
     pub failure_backoff_max: Duration,
@@ -42,6 +48,8 @@ pub struct Event {
     pub session_id: String,
     /// The sender's id, or one made up for the logs: 8 hex digits.
     pub request_id: String,
+    /// The limits the request asks for, not yet clamped.
+    pub overrides: Overrides,
 }
 
 impl Event {
@@ -49,8 +57,22 @@ impl Event {
         Self {
             session_id,
             request_id: request_id.unwrap_or_else(new_request_id),
+            overrides: Overrides::default(),
         }
     }
+
+    pub fn with_overrides(self, overrides: Overrides) -> Self {
+        Self { overrides, ..self }
+    }
+}
+
+/// What one compaction runs with, worked out from the request, the session's settings
+/// and the configuration before the lease is taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Job {
+    limits: Limits,
+    /// `session_settings.model`, when the session has one.
+    model: Option<String>,
 }
 
 pub fn new_request_id() -> String {
@@ -156,7 +178,16 @@ impl Worker {
             Err(e) => return (store_failure(event, "reading the session", &e), None),
         };
         let chars = Some(counters.total_chars);
-        if counters.total_chars <= self.policy.limits.threshold_chars {
+        if counters.settings.disabled() {
+            return (Outcome::Skipped(Reason::Disabled), chars);
+        }
+        let limits = overrides::limits(
+            self.policy.limits,
+            self.policy.bounds,
+            &counters.settings,
+            event.overrides,
+        );
+        if counters.total_chars <= limits.threshold_chars {
             return (Outcome::Skipped(Reason::BelowThreshold), chars);
         }
         if counters.human_turns < 2 {
@@ -165,14 +196,18 @@ impl Worker {
         if counters.backing_off {
             return (Outcome::Skipped(Reason::BackingOff), chars);
         }
-        // The planner refused this very history before: no lease, no load.
-        if let Some(reason) = counters.remembered_skip {
+        // The planner refused this very history, with this keep, before: no lease, no load.
+        if let Some(reason) = counters.remembered_skip_for(limits.keep_chars) {
             return (Outcome::Skipped(reason), chars);
         }
 
+        let job = Job {
+            limits,
+            model: counters.settings.model,
+        };
         // Boxed: the compaction's state machine is kilobytes, and kept inline it made every
         // event's future that large, no-op or not (memmove topped the worker's profile).
-        (Box::pin(self.compact_in_task(event)).await, chars)
+        (Box::pin(self.compact_in_task(event, job)).await, chars)
     }
 
     /// Runs [`Worker::lease_and_compact`] as a task of its own, so that a slow or
@@ -181,7 +216,7 @@ impl Worker {
     /// contract has no reason for a bug; the summarizer is where one is likeliest) and
     /// the lease is released with a backoff, as after an LLM failure, so that a session
     /// that trips a bug is not retried every turn.
-    async fn compact_in_task(self: &Arc<Self>, event: &Event) -> Outcome {
+    async fn compact_in_task(self: &Arc<Self>, event: &Event, job: Job) -> Outcome {
         let owner = self.new_lease_owner();
         let task = {
             let (worker, event, owner) = (self.clone(), event.clone(), owner.clone());
@@ -189,7 +224,7 @@ impl Worker {
             self.tasks.spawn(
                 async move {
                     tokio::select! {
-                        outcome = worker.lease_and_compact(&event, &owner) => outcome,
+                        outcome = worker.lease_and_compact(&event, &owner, job) => outcome,
                         () = abandon.cancelled() => worker.abandoned(&event, &owner).await,
                     }
                 }
@@ -261,7 +296,7 @@ impl Worker {
 
     /// Takes the lease (loading the messages with it), compacts, and gives the lease back
     /// unless the commit did.
-    async fn lease_and_compact(&self, event: &Event, owner: &str) -> Outcome {
+    async fn lease_and_compact(&self, event: &Event, owner: &str, job: Job) -> Outcome {
         let started = Instant::now();
         let loaded = match self
             .store
@@ -273,7 +308,8 @@ impl Worker {
             Err(e) => return store_failure(event, "taking the lease", &e),
         };
         let counted = loaded.counted();
-        let outcome = self.compact(event, owner, loaded).await;
+        let keep_chars = job.limits.keep_chars;
+        let outcome = self.compact(event, owner, loaded, job).await;
         // The commit released the lease on success; otherwise it would block the session
         // until it expires. An LLM failure also starts the session's backoff.
         let released = match &outcome {
@@ -288,7 +324,13 @@ impl Worker {
             } => self.release_backing_off(event, owner).await,
             Outcome::Skipped(reason) => {
                 self.store
-                    .release_lease_remembering(&event.session_id, owner, *reason, counted)
+                    .release_lease_remembering(
+                        &event.session_id,
+                        owner,
+                        *reason,
+                        counted,
+                        keep_chars,
+                    )
                     .await
             }
             _ => self.store.release_lease(&event.session_id, owner).await,
@@ -300,11 +342,14 @@ impl Worker {
     }
 
     /// Plans, summarizes and commits the loaded history, holding the lease.
-    async fn compact(&self, event: &Event, owner: &str, loaded: Loaded) -> Outcome {
+    async fn compact(&self, event: &Event, owner: &str, loaded: Loaded, job: Job) -> Outcome {
         let started = Instant::now();
         let rid = &event.request_id;
-        let plan = match plan_off_thread(loaded, self.policy.limits).await {
-            Ok(plan) => plan,
+        let plan = match plan_off_thread(loaded, job.limits).await {
+            Ok(plan) => Plan {
+                model: job.model,
+                ..plan
+            },
             Err(outcome) => return outcome,
         };
         tracing::info!(
@@ -327,6 +372,7 @@ impl Worker {
             removed_fingerprints: plan.removed_fingerprints,
             text: &text,
             model: &summary.model,
+            requested_model: plan.model.as_deref(),
             prompt_tokens: summary.prompt_tokens,
             completion_tokens: summary.completion_tokens,
             prompt_version: summary.prompt_version.as_deref(),
@@ -349,7 +395,7 @@ impl Worker {
     ) -> Result<(Summary, String), Outcome> {
         let asked = Instant::now();
         let summarized = (self.summarizer)
-            .summarize_in_context(&plan.context, &plan.old)
+            .summarize_in_context(&plan.context, &plan.old, plan.model.as_deref())
             .await;
         self.metrics.llm_took(asked.elapsed().as_secs_f64());
         let summary = summarized.map_err(|e| {
@@ -425,6 +471,8 @@ struct Plan {
     removed_fingerprints: Vec<String>,
     /// The tokenizer's count of what is removed (see [`removed_tokens`]).
     tokens_removed: i64,
+    /// The model the session asks to be summarized with (`session_settings.model`).
+    model: Option<String>,
 }
 
 /// Histories larger than this are planned on the blocking pool. Planning counts the
@@ -482,6 +530,7 @@ fn plan(loaded: Loaded, limits: Limits) -> Result<Plan, Reason> {
         removed_seqs,
         removed_chars,
         old: take_removed(messages, &split.removed),
+        model: None,
     })
 }
 

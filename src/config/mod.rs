@@ -29,7 +29,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use secret::{REDACTED, Secret, redact_url, url_credentials, url_secrets};
-pub use sections::{FallbackMode, Limits, LlmSettings, NatsAuth, Provider};
+pub use sections::{Bounds, FallbackMode, Limits, LlmSettings, NatsAuth, Provider};
 pub use table::{Kind, SETTINGS, Setting};
 
 use sections::{Database, Fleet, Nats};
@@ -82,6 +82,8 @@ impl FromStr for LogFormat {
 pub struct Settings {
     pub enabled: bool,
     pub limits: Limits,
+    /// The range a request's or a session's own limits are clamped into.
+    pub bounds: Bounds,
     pub database_url: Secret,
     pub database_max_connections: u32,
     /// How long a query waits for a pooled connection before failing with `store_error`.
@@ -126,7 +128,7 @@ impl Settings {
         let raw = Raw::merge(file, env)?;
         let settings = Self::from_sections(
             raw.parse(&table::SUMMARIZATION_ENABLED)?,
-            Limits::read(&raw)?,
+            (Limits::read(&raw)?, Bounds::read(&raw)?),
             Database::read(&raw)?,
             Nats::read(&raw)?,
             LlmSettings::read(&raw)?,
@@ -138,7 +140,7 @@ impl Settings {
 
     fn from_sections(
         enabled: bool,
-        limits: Limits,
+        (limits, bounds): (Limits, Bounds),
         database: Database,
         nats: Nats,
         llm: LlmSettings,
@@ -147,6 +149,7 @@ impl Settings {
         Self {
             enabled,
             limits,
+            bounds,
             database_url: database.url,
             database_max_connections: database.max_connections,
             database_acquire_timeout: database.acquire_timeout,

@@ -19,6 +19,7 @@ impl Settings {
                 ),
             );
         }
+        self.check_bounds()?;
         let llm = &self.llm;
         if llm.provider != Provider::Extractive {
             let provider = llm.provider.as_str();
@@ -74,6 +75,43 @@ impl Settings {
                 &FAILURE_BACKOFF_MAX_MS,
                 "must not be smaller than FAILURE_BACKOFF_MS".into(),
             );
+        }
+        Ok(())
+    }
+
+    /// The bounds must leave room for at least one pair of limits with keep < threshold.
+    fn check_bounds(&self) -> Result<(), ConfigError> {
+        let b = &self.bounds;
+        let rules = [
+            (
+                b.max_threshold_chars < b.min_threshold_chars,
+                &SUMMARIZATION_MAX_THRESHOLD_CHARS,
+                "SUMMARIZATION_MIN_THRESHOLD_CHARS",
+                b.min_threshold_chars,
+            ),
+            (
+                b.max_keep_chars < b.min_keep_chars,
+                &SUMMARIZATION_MAX_KEEP_CHARS,
+                "SUMMARIZATION_MIN_KEEP_CHARS",
+                b.min_keep_chars,
+            ),
+        ];
+        for (broken, setting, other, value) in rules {
+            if broken {
+                return Err(ConfigError::invalid(
+                    setting.name,
+                    format!("must not be smaller than {other} ({value})"),
+                ));
+            }
+        }
+        if b.min_keep_chars >= b.min_threshold_chars {
+            return Err(ConfigError::invalid(
+                SUMMARIZATION_MIN_KEEP_CHARS.name,
+                format!(
+                    "must be smaller than SUMMARIZATION_MIN_THRESHOLD_CHARS ({}), got {}",
+                    b.min_threshold_chars, b.min_keep_chars
+                ),
+            ));
         }
         Ok(())
     }

@@ -31,6 +31,40 @@ impl Limits {
     }
 }
 
+/// What a request or a session may ask for instead of the configured [`Limits`]: each
+/// value it gives is clamped into these ranges (see [`crate::overrides`]). The configured
+/// limits themselves are the operator's and are not clamped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub min_threshold_chars: i64,
+    pub max_threshold_chars: i64,
+    pub min_keep_chars: i64,
+    pub max_keep_chars: i64,
+}
+
+impl Bounds {
+    pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        Ok(Self {
+            min_threshold_chars: raw.positive(&SUMMARIZATION_MIN_THRESHOLD_CHARS)?,
+            max_threshold_chars: raw.positive(&SUMMARIZATION_MAX_THRESHOLD_CHARS)?,
+            min_keep_chars: raw.positive(&SUMMARIZATION_MIN_KEEP_CHARS)?,
+            max_keep_chars: raw.positive(&SUMMARIZATION_MAX_KEEP_CHARS)?,
+        })
+    }
+}
+
+impl Default for Bounds {
+    /// The defaults of the settings table.
+    fn default() -> Self {
+        Self {
+            min_threshold_chars: 1_000,
+            max_threshold_chars: 10_000_000,
+            min_keep_chars: 500,
+            max_keep_chars: 5_000_000,
+        }
+    }
+}
+
 /// Postgres.
 #[derive(Clone, Debug)]
 pub(super) struct Database {

@@ -85,6 +85,34 @@ pub const SUMMARIZATION_KEEP_CHARS: Setting = setting(
     Plain,
     |s| s.limits.keep_chars.to_string(),
 );
+pub const SUMMARIZATION_MIN_THRESHOLD_CHARS: Setting = setting(
+    "SUMMARIZATION_MIN_THRESHOLD_CHARS",
+    "1000",
+    "a request's or session's threshold_chars is raised to at least this ...",
+    Plain,
+    |s| s.bounds.min_threshold_chars.to_string(),
+);
+pub const SUMMARIZATION_MAX_THRESHOLD_CHARS: Setting = setting(
+    "SUMMARIZATION_MAX_THRESHOLD_CHARS",
+    "10000000",
+    "... and lowered to at most this",
+    Plain,
+    |s| s.bounds.max_threshold_chars.to_string(),
+);
+pub const SUMMARIZATION_MIN_KEEP_CHARS: Setting = setting(
+    "SUMMARIZATION_MIN_KEEP_CHARS",
+    "500",
+    "a request's or session's keep_chars is raised to at least this ...",
+    Plain,
+    |s| s.bounds.min_keep_chars.to_string(),
+);
+pub const SUMMARIZATION_MAX_KEEP_CHARS: Setting = setting(
+    "SUMMARIZATION_MAX_KEEP_CHARS",
+    "5000000",
+    "... and lowered to at most this",
+    Plain,
+    |s| s.bounds.max_keep_chars.to_string(),
+);
 pub const DATABASE_URL: Setting = setting(
     "DATABASE_URL",
     "postgres://postgres@127.0.0.1:5432/summarizer",
@@ -332,6 +360,10 @@ pub const SETTINGS: &[Setting] = &[
     SUMMARIZATION_ENABLED,
     SUMMARIZATION_THRESHOLD_CHARS,
     SUMMARIZATION_KEEP_CHARS,
+    SUMMARIZATION_MIN_THRESHOLD_CHARS,
+    SUMMARIZATION_MAX_THRESHOLD_CHARS,
+    SUMMARIZATION_MIN_KEEP_CHARS,
+    SUMMARIZATION_MAX_KEEP_CHARS,
     DATABASE_URL,
     DATABASE_MAX_CONNECTIONS,
     DATABASE_ACQUIRE_TIMEOUT_MS,

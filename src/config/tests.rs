@@ -33,6 +33,20 @@ fn defaults_are_the_seeds() {
 }
 
 #[test]
+fn the_override_bounds_default_to_the_documented_ones() {
+    let s = load(&[]).unwrap();
+    assert_eq!(s.bounds, Bounds::default());
+    assert_eq!(
+        (s.bounds.min_threshold_chars, s.bounds.max_threshold_chars),
+        (1_000, 10_000_000)
+    );
+    assert_eq!(
+        (s.bounds.min_keep_chars, s.bounds.max_keep_chars),
+        (500, 5_000_000)
+    );
+}
+
+#[test]
 fn environment_overrides_defaults() {
     let s = load(&[
         ("SUMMARIZATION_ENABLED", "false"),
@@ -84,6 +98,22 @@ fn invalid_values_name_their_setting() {
         (
             &[("SUMMARY_PROMPT_FILE", "/nonexistent/prompt.md")],
             "SUMMARY_PROMPT_FILE",
+        ),
+        (
+            &[("SUMMARIZATION_MAX_THRESHOLD_CHARS", "999")],
+            "SUMMARIZATION_MAX_THRESHOLD_CHARS",
+        ),
+        (
+            &[("SUMMARIZATION_MAX_KEEP_CHARS", "499")],
+            "SUMMARIZATION_MAX_KEEP_CHARS",
+        ),
+        (
+            &[("SUMMARIZATION_MIN_KEEP_CHARS", "1000")],
+            "SUMMARIZATION_MIN_KEEP_CHARS",
+        ),
+        (
+            &[("SUMMARIZATION_MIN_THRESHOLD_CHARS", "0")],
+            "SUMMARIZATION_MIN_THRESHOLD_CHARS",
         ),
     ];
     for (env, setting) in cases {

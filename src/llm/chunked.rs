@@ -93,6 +93,7 @@ impl LlmSummarizer {
         &self,
         context: &[Message],
         old: &[Message],
+        model: Option<&str>,
     ) -> Result<Summary, LlmError> {
         let deadline = Instant::now() + self.deadline;
         let large = old.iter().map(|m| m.content.len()).sum::<usize>() > OFF_THREAD_CHARS;
@@ -109,9 +110,10 @@ impl LlmSummarizer {
         let mut summary: Option<Summary> = None;
         loop {
             let running = summary.as_ref().map(|s| s.text.clone());
-            let (request, end) = self
+            let (mut request, end) = self
                 .next_request(&rendered, large, next, budget, running)
                 .await?;
+            request.model = model.map(str::to_owned);
             requests += 1;
             let answered = tokio::time::timeout_at(deadline, self.chat.complete(&request))
                 .await
@@ -173,15 +175,16 @@ impl LlmSummarizer {
 
 impl Summarizer for LlmSummarizer {
     fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_all(&[], old).boxed()
+        self.summarize_all(&[], old, None).boxed()
     }
 
     fn summarize_in_context<'a>(
         &'a self,
         context: &'a [Message],
         old: &'a [Message],
+        model: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_all(context, old).boxed()
+        self.summarize_all(context, old, model).boxed()
     }
 }
 

@@ -35,8 +35,9 @@ impl Fallback {
         &self,
         context: &[Message],
         old: &[Message],
+        model: Option<&str>,
     ) -> Result<Summary, LlmError> {
-        let reason = match self.llm.summarize_in_context(context, old).await {
+        let reason = match self.llm.summarize_in_context(context, old, model).await {
             Ok(summary) => {
                 let replaced: i64 = old.iter().map(|m| m.chars).sum();
                 match summary::check(&summary.text, replaced, self.max_chars) {
@@ -64,15 +65,16 @@ impl Fallback {
 
 impl Summarizer for Fallback {
     fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_with(&[], old).boxed()
+        self.summarize_with(&[], old, None).boxed()
     }
 
     fn summarize_in_context<'a>(
         &'a self,
         context: &'a [Message],
         old: &'a [Message],
+        model: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_with(context, old).boxed()
+        self.summarize_with(context, old, model).boxed()
     }
 }
 

@@ -106,8 +106,9 @@ pub trait Summarizer: Send + Sync {
     fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>>;
 
     /// [`Summarizer::summarize`], given the system messages that precede the old part
-    /// (never summarized; an LLM reads them to understand the conversation). A summarizer
-    /// that has no use for them keeps this default.
+    /// (never summarized; an LLM reads them to understand the conversation) and the model
+    /// the session asks for (`session_settings.model`; `None` for `LLM_MODEL`). A
+    /// summarizer that has no use for them keeps this default.
     ///
     /// # Errors
     /// As [`Summarizer::summarize`].
@@ -115,8 +116,9 @@ pub trait Summarizer: Send + Sync {
         &'a self,
         context: &'a [Message],
         old: &'a [Message],
+        model: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        let _ = context;
+        let _ = (context, model);
         self.summarize(old)
     }
 }

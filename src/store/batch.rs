@@ -1,5 +1,5 @@
 //! Threshold checks coalesced: every event starts with a primary-key read of its
-//! session's counters, and under load those reads become one `= ANY($1)` query per batch
+//! session's counters (and settings), and under load those reads become one `= ANY($1)` query per batch
 //! instead of one query per event.
 //!
 //! No event waits for a batch to fill: when no query is in flight, a lookup is sent at
@@ -148,13 +148,15 @@ async fn answer(store: PgStore, batch: Vec<Lookup>, _slot: InFlight) {
     // sequential scan of all sessions (hashed) for small tables, and a plain
     // `session_id = ANY($1)` also went that way (profiled: 20% of the machine's CPU in
     // Postgres at 26k no-op events/s).
+    // The session's settings come in the same lookup (a LEFT JOIN on their primary key).
     let rows = sqlx::query(concat!(
         "SELECT wanted.session_id, s.*
          FROM unnest($1::text[]) AS wanted (session_id)
          CROSS JOIN LATERAL (
              SELECT ",
         counters_columns_sql!(),
-        " FROM sessions WHERE sessions.session_id = wanted.session_id
+        counters_from_sessions_sql!(),
+        "WHERE sessions.session_id = wanted.session_id
              LIMIT 1
          ) AS s"
     ))
@@ -170,7 +172,7 @@ async fn answer(store: PgStore, batch: Vec<Lookup>, _slot: InFlight) {
         });
     for lookup in batch {
         let answer = match &found {
-            Ok(found) => Ok(found.get(&lookup.session_id).copied()),
+            Ok(found) => Ok(found.get(&lookup.session_id).cloned()),
             Err(e) => Err(e.clone()),
         };
         // The event may have been abandoned (shutdown); nobody to tell then.

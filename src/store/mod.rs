@@ -20,6 +20,7 @@ use sqlx::{ConnectOptions, Connection, PgPool, Row};
 
 use crate::message::{Message, Role};
 use crate::outcome::Reason;
+use crate::overrides::SessionSettings;
 
 /// The database could not be reached, or a statement failed. Cheap to clone, so one
 /// failed batch can be reported to every event in it.
@@ -63,29 +64,44 @@ macro_rules! fingerprint_sql {
     };
 }
 
-/// The counters columns of a `sessions` row, as [`counters_from`] reads them. The
+/// The counters columns of a `sessions` row joined with its `session_settings` (as
+/// [`counters_from_sessions_sql`] joins them), as [`counters_from`] reads them. The
 /// remembered skip applies only while the counters are still those it was made at.
 macro_rules! counters_columns_sql {
     () => {
         "total_chars, message_count, human_turns,
          coalesce(retry_at > now(), false) AS backing_off,
          CASE WHEN skip_at_chars = total_chars AND skip_at_count = message_count
-              THEN skip_reason END AS skip_reason"
+              THEN skip_reason END AS skip_reason,
+         skip_at_keep,
+         st.enabled AS settings_enabled, st.threshold_chars AS settings_threshold_chars,
+         st.keep_chars AS settings_keep_chars, st.model AS settings_model"
+    };
+}
+
+/// `FROM` for [`counters_columns_sql`]: the session's settings come with its counters,
+/// in the same primary-key lookup (a second one on `session_settings`' key), so the
+/// no-op path pays no extra round trip for them.
+macro_rules! counters_from_sessions_sql {
+    () => {
+        " FROM sessions LEFT JOIN session_settings AS st ON st.session_id = sessions.session_id "
     };
 }
 
 mod batch;
 mod check;
 mod restore;
+mod settings;
 mod stats;
 
 pub use batch::CounterReader;
 pub use check::{CounterDrift, Finding, Invariant, SessionCounts, Totals};
 pub use restore::{CompactionView, Pruned, RestoreError, Restored, SessionView};
+pub use settings::SettingsError;
 pub use stats::{Day, Stats, StatsReport};
 
-/// A session's counters, maintained by triggers on `messages`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A session's counters, maintained by triggers on `messages`, and its settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counters {
     pub total_chars: i64,
     pub message_count: i64,
@@ -93,8 +109,23 @@ pub struct Counters {
     /// An LLM failure put the session in backoff, and it has not run out.
     pub backing_off: bool,
     /// The planner refused this very history before (`no_safe_boundary` or
-    /// `nothing_to_compact`): same total chars and message count as then.
+    /// `nothing_to_compact`): same total chars and message count as then. It holds only
+    /// for the keep it was planned with: see [`Counters::remembered_skip_for`].
     pub remembered_skip: Option<Reason>,
+    /// The `keep_chars` the remembered skip was planned with.
+    pub skip_at_keep: Option<i64>,
+    /// The session's row of `session_settings`; all `None` without one.
+    pub settings: SessionSettings,
+}
+
+impl Counters {
+    /// The remembered skip, if it was planned with `keep_chars`: both reasons depend on
+    /// the keep (it places the cut), and a request or the session's settings may ask
+    /// for another one than the last event did.
+    pub fn remembered_skip_for(&self, keep_chars: i64) -> Option<Reason> {
+        self.remembered_skip
+            .filter(|_| self.skip_at_keep == Some(keep_chars))
+    }
 }
 
 /// The reasons a skip is remembered for: both depend on the history alone, so they hold
@@ -144,6 +175,9 @@ pub struct NewSummary<'a> {
     pub removed_fingerprints: Vec<String>,
     pub text: &'a str,
     pub model: &'a str,
+    /// The session's own model (`session_settings.model`), recorded in the usage event's
+    /// metadata as `requested_model` when set.
+    pub requested_model: Option<&'a str>,
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: Option<i64>,
     /// The prompt's version, when a prompt asked for the summary.
@@ -260,7 +294,8 @@ impl PgStore {
         let row = sqlx::query(concat!(
             "SELECT ",
             counters_columns_sql!(),
-            " FROM sessions WHERE session_id = $1"
+            counters_from_sessions_sql!(),
+            "WHERE sessions.session_id = $1"
         ))
         .bind(session_id)
         .fetch_optional(&self.pool)
@@ -338,11 +373,11 @@ impl PgStore {
         Ok(())
     }
 
-    /// Gives the lease up after the planner refused the history `counted` describes, and
-    /// remembers why: until the counters change, [`PgStore::counters`] answers with the
-    /// reason and the worker neither takes the lease nor loads the history again.
-    /// Reasons that do not depend on the history alone are not remembered (the lease is
-    /// just released).
+    /// Gives the lease up after the planner refused the history `counted` describes with
+    /// `keep_chars`, and remembers why: until the counters change, [`PgStore::counters`]
+    /// answers with the reason and, for the same keep, the worker neither takes the lease
+    /// nor loads the history again. Reasons that do not depend on the history alone are
+    /// not remembered (the lease is just released).
     ///
     /// # Errors
     /// When the database is unreachable; the lease then runs out by itself.
@@ -352,13 +387,14 @@ impl PgStore {
         owner: &str,
         reason: Reason,
         counted: CountedAt,
+        keep_chars: i64,
     ) -> Result<(), StoreError> {
         if !rememberable(reason) {
             return self.release_lease(session_id, owner).await;
         }
         sqlx::query(
             "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
-                 skip_reason = $3, skip_at_chars = $4, skip_at_count = $5
+                 skip_reason = $3, skip_at_chars = $4, skip_at_count = $5, skip_at_keep = $6
              WHERE session_id = $1 AND lease_owner = $2",
         )
         .bind(session_id)
@@ -366,6 +402,7 @@ impl PgStore {
         .bind(reason.as_str())
         .bind(counted.total_chars)
         .bind(i32::try_from(counted.message_count).unwrap_or(i32::MAX))
+        .bind(keep_chars)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -458,6 +495,9 @@ impl PgStore {
         if let Some(reason) = summary.fallback_reason {
             metadata["fallback"] = json!(true);
             metadata["fallback_reason"] = json!(reason);
+        }
+        if let Some(model) = summary.requested_model {
+            metadata["requested_model"] = json!(model);
         }
         // One statement: the fence (which also locks the session row first, so appends,
         // whose trigger updates it, queue behind this transaction instead of deadlocking
@@ -564,6 +604,8 @@ fn counters_from(row: &PgRow) -> Result<Counters, sqlx::Error> {
         remembered_skip: row
             .try_get::<Option<String>, _>("skip_reason")?
             .and_then(|reason| remembered(&reason)),
+        skip_at_keep: row.try_get("skip_at_keep")?,
+        settings: settings::settings_from(row)?,
     })
 }
 

@@ -5,6 +5,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{PgStore, StoreError};
+use crate::overrides::SessionSettings;
 
 /// Why a restore wrote nothing.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +46,8 @@ pub struct SessionView {
     pub lease_expires_at: Option<String>,
     pub failures: i64,
     pub retry_at: Option<String>,
+    /// Its row of `session_settings` (`null` fields inherit the configuration).
+    pub settings: SessionSettings,
     /// The newest compactions first: `(id, at, messages_removed, chars_removed, restored)`.
     pub compactions: Vec<CompactionView>,
 }
@@ -75,8 +78,12 @@ impl PgStore {
         let Some(row) = sqlx::query(
             "SELECT total_chars, message_count, human_turns, lease_owner,
                     to_char(lease_expires_at AT TIME ZONE 'UTC', $2) AS lease_expires_at,
-                    failures, to_char(retry_at AT TIME ZONE 'UTC', $2) AS retry_at
-             FROM sessions WHERE session_id = $1",
+                    failures, to_char(retry_at AT TIME ZONE 'UTC', $2) AS retry_at,
+                    st.enabled AS settings_enabled,
+                    st.threshold_chars AS settings_threshold_chars,
+                    st.keep_chars AS settings_keep_chars, st.model AS settings_model
+             FROM sessions LEFT JOIN session_settings AS st USING (session_id)
+             WHERE session_id = $1",
         )
         .bind(session_id)
         .bind(RFC3339)
@@ -120,6 +127,7 @@ impl PgStore {
             lease_expires_at: row.try_get("lease_expires_at")?,
             failures: row.try_get::<i32, _>("failures")?.into(),
             retry_at: row.try_get("retry_at")?,
+            settings: super::settings::settings_from(&row)?,
             compactions,
         }))
     }

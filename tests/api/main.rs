@@ -21,5 +21,6 @@ mod process;
 mod providers;
 mod rejects;
 mod secrets;
+mod settings;
 mod skips;
 mod store;

@@ -8,7 +8,7 @@ use async_nats::connection::State;
 
 use crate::new_request_id;
 use crate::outcome::Status;
-use crate::protocol::{Reply, Request};
+use crate::protocol::{Overrides, Reply, Request};
 
 /// What the agent learns before its turn. Every variant means "go on"; only
 /// `Replied` with status `compacted` means the history changed.
@@ -59,9 +59,22 @@ impl TurnClient {
     /// Asks the fleet whether `session_id` needs compacting before the next turn, and
     /// waits at most `timeout` for the answer.
     pub async fn turn_starting(&self, session_id: &str, timeout: Duration) -> Decision {
+        self.turn_starting_with(session_id, Overrides::default(), timeout)
+            .await
+    }
+
+    /// [`TurnClient::turn_starting`], asking for this turn's own limits; the worker
+    /// clamps them to its configured bounds.
+    pub async fn turn_starting_with(
+        &self,
+        session_id: &str,
+        overrides: Overrides,
+        timeout: Duration,
+    ) -> Decision {
         let request = Request {
             session_id: session_id.to_owned(),
             request_id: Some(new_request_id()),
+            overrides,
         };
         self.send(&request.encode(), timeout).await
     }

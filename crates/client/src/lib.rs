@@ -19,7 +19,7 @@ use std::hash::{BuildHasher, Hasher};
 
 pub use client::{Decision, TurnClient};
 pub use outcome::{Compaction, Outcome, Reason, Status};
-pub use protocol::{InvalidRequest, Reply, Request};
+pub use protocol::{InvalidRequest, Overrides, Reply, Request};
 
 /// A request id for the logs: 8 hex digits, random enough to tell events apart.
 pub fn new_request_id() -> String {

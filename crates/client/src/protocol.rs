@@ -14,11 +14,27 @@ pub const MAX_SESSION_ID_BYTES: usize = 256;
 pub const MAX_REQUEST_ID_BYTES: usize = 128;
 
 /// A valid turn-starting request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
     pub session_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// This request's limits, if it asks for its own.
+    #[serde(flatten)]
+    pub overrides: Overrides,
+}
+
+/// Limits one request asks for instead of the session's or the configured ones. The
+/// worker clamps each to its configured bounds (`SUMMARIZATION_MIN_*`/`MAX_*`), so an
+/// agent can tune, never disable or overload, compaction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overrides {
+    /// Compact when the session holds more than this many chars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_chars: Option<i64>,
+    /// Keep at least this many of the newest chars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_chars: Option<i64>,
 }
 
 /// Why a request was rejected; the text goes back to the sender.
@@ -38,7 +54,8 @@ impl Request {
     ///
     /// # Errors
     /// [`InvalidRequest`] saying what is wrong: too large, not a JSON object, a missing
-    /// or non-string `session_id`, an empty, oversized or control-character id.
+    /// or non-string `session_id`, an empty, oversized or control-character id, a
+    /// `threshold_chars` or `keep_chars` that is not a positive integer.
     pub fn decode(payload: &[u8]) -> Result<Self, InvalidRequest> {
         let invalid = |msg: String| Err(InvalidRequest(msg));
         if payload.len() > MAX_REQUEST_BYTES {
@@ -68,15 +85,42 @@ impl Request {
             }
             Some(_) => return invalid("request_id must be a string".to_owned()),
         };
+        let overrides = Overrides {
+            threshold_chars: size(&fields, "threshold_chars")?,
+            keep_chars: size(&fields, "keep_chars")?,
+        };
         Ok(Self {
             session_id: session_id.clone(),
             request_id,
+            overrides,
         })
     }
 
     pub fn encode(&self) -> Vec<u8> {
         // Serializing a struct of strings cannot fail.
         serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// An optional size in chars: absent or null, or a positive integer. One too large for
+/// an `i64` reads as `i64::MAX`: the worker clamps it to its bound anyway.
+fn size(
+    fields: &serde_json::Map<String, Value>,
+    field: &str,
+) -> Result<Option<i64>, InvalidRequest> {
+    let invalid = || {
+        Err(InvalidRequest(format!(
+            "{field} must be a positive integer (a number of chars)"
+        )))
+    };
+    match fields.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
+            (Some(n), _) if n > 0 => Ok(Some(n)),
+            (None, Some(_)) => Ok(Some(i64::MAX)),
+            _ => invalid(),
+        },
+        Some(_) => invalid(),
     }
 }
 
@@ -184,7 +228,8 @@ mod tests {
             r,
             Request {
                 session_id: "s-1".into(),
-                request_id: Some("ab12".into())
+                request_id: Some("ab12".into()),
+                overrides: Overrides::default(),
             }
         );
         let r = Request::decode("{\"session_id\":\"🦀 séance\"}".as_bytes()).unwrap();
@@ -210,6 +255,47 @@ mod tests {
         );
         rejects(long.as_bytes(), "the limit is 256");
         rejects(&vec![b' '; MAX_REQUEST_BYTES + 1], "the limit is 65536");
+    }
+
+    #[test]
+    fn overrides_are_read_when_they_are_positive_integers() {
+        let r = Request::decode(br#"{"session_id":"s","threshold_chars":5000,"keep_chars":null}"#)
+            .unwrap();
+        assert_eq!(
+            r.overrides,
+            Overrides {
+                threshold_chars: Some(5000),
+                keep_chars: None
+            }
+        );
+        let huge = Request::decode(br#"{"session_id":"s","keep_chars":18446744073709551615}"#);
+        assert_eq!(huge.unwrap().overrides.keep_chars, Some(i64::MAX));
+        for bad in [r#""5000""#, "5000.5", "0", "-3", "true", "[1]"] {
+            let payload = format!(r#"{{"session_id":"s","keep_chars":{bad}}}"#);
+            rejects(payload.as_bytes(), "keep_chars must be a positive integer");
+        }
+        rejects(
+            br#"{"session_id":"s","threshold_chars":1e3}"#,
+            "threshold_chars must be a positive integer",
+        );
+    }
+
+    #[test]
+    fn a_request_with_overrides_round_trips_and_one_without_has_none_on_the_wire() {
+        let request = Request {
+            session_id: "s".into(),
+            request_id: None,
+            overrides: Overrides {
+                threshold_chars: Some(9000),
+                keep_chars: Some(3000),
+            },
+        };
+        assert_eq!(Request::decode(&request.encode()).unwrap(), request);
+        let plain = Request {
+            session_id: "s".into(),
+            ..Request::default()
+        };
+        assert_eq!(plain.encode(), br#"{"session_id":"s"}"#);
     }
 
     #[test]
@@ -255,7 +341,7 @@ mod tests {
         #[test]
         fn any_valid_id_round_trips(id in "[^\\p{Cc}]{1,60}") {
             prop_assume!(id.len() <= MAX_SESSION_ID_BYTES);
-            let request = Request { session_id: id, request_id: None };
+            let request = Request { session_id: id, ..Request::default() };
             prop_assert_eq!(Request::decode(&request.encode()).unwrap(), request);
         }
     }

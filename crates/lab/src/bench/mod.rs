@@ -194,6 +194,7 @@ async fn measure(
     let payload = summarizer::protocol::Request {
         session_id: seeded.small[0].clone(),
         request_id: Some("00000000".into()),
+        ..Default::default()
     }
     .encode();
     for concurrency in [1, CONCURRENCY] {
@@ -336,6 +337,7 @@ fn in_process_policy() -> Policy {
     Policy {
         enabled: true,
         limits: LIMITS,
+        bounds: summarizer::config::Bounds::default(),
         lease_duration: Duration::from_secs(60),
         failure_backoff: Duration::ZERO,
         failure_backoff_max: Duration::ZERO,

@@ -1,0 +1,220 @@
+//! Per-session and per-request settings: the limits one event runs with, and an
+//! operator's edits of a session's settings (`summarizer session <id> --set`).
+//!
+//! Precedence, value by value: the request's (`threshold_chars`, `keep_chars`), then the
+//! session's (`session_settings`), then the configured ones. A value a request or a
+//! session gives is clamped to the configured [`Bounds`]; the configured limits are the
+//! operator's and are taken as they are. Plain functions over plain data, so every rule
+//! is tested without a database.
+
+use serde::Serialize;
+
+use crate::config::{Bounds, Limits};
+
+pub use summarizer_client::protocol::Overrides;
+
+/// A session's row of `session_settings`; `None` inherits the configured value. With no
+/// row, every field is `None`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SessionSettings {
+    /// `Some(false)`: the session is answered `skipped/disabled`. `Some(true)` cannot
+    /// enable a session when `SUMMARIZATION_ENABLED=false`.
+    pub enabled: Option<bool>,
+    pub threshold_chars: Option<i64>,
+    pub keep_chars: Option<i64>,
+    /// The model to summarize this session with.
+    pub model: Option<String>,
+}
+
+impl SessionSettings {
+    pub fn disabled(&self) -> bool {
+        self.enabled == Some(false)
+    }
+
+    /// The settings after `changes`, in order, checked as a whole.
+    ///
+    /// # Errors
+    /// [`InvalidSetting`] naming the key and what is wrong: a value of the wrong kind, or
+    /// a keep not smaller than the threshold the session would have (its own, else
+    /// `configured`'s).
+    pub fn changed(
+        &self,
+        changes: &[Change],
+        configured: Limits,
+    ) -> Result<SessionSettings, InvalidSetting> {
+        let mut next = self.clone();
+        for change in changes {
+            match change {
+                Change::Set(key, value) => next.set(*key, value)?,
+                Change::Unset(Key::Enabled) => next.enabled = None,
+                Change::Unset(Key::ThresholdChars) => next.threshold_chars = None,
+                Change::Unset(Key::KeepChars) => next.keep_chars = None,
+                Change::Unset(Key::Model) => next.model = None,
+            }
+        }
+        next.check_keep(configured)?;
+        Ok(next)
+    }
+
+    fn set(&mut self, key: Key, value: &str) -> Result<(), InvalidSetting> {
+        let value = value.trim();
+        match key {
+            Key::Enabled => {
+                self.enabled = Some(value.parse().map_err(|_| {
+                    InvalidSetting(format!("enabled must be true or false, got {value:?}"))
+                })?);
+            }
+            Key::ThresholdChars => self.threshold_chars = Some(positive(key, value)?),
+            Key::KeepChars => self.keep_chars = Some(positive(key, value)?),
+            Key::Model if value.is_empty() => {
+                return Err(InvalidSetting(
+                    "model must not be empty (--unset model inherits LLM_MODEL)".to_owned(),
+                ));
+            }
+            Key::Model => self.model = Some(value.to_owned()),
+        }
+        Ok(())
+    }
+
+    fn check_keep(&self, configured: Limits) -> Result<(), InvalidSetting> {
+        let Some(keep) = self.keep_chars else {
+            return Ok(());
+        };
+        let (threshold, named) = match self.threshold_chars {
+            Some(threshold) => (threshold, "threshold_chars"),
+            None => (
+                configured.threshold_chars,
+                "the configured SUMMARIZATION_THRESHOLD_CHARS",
+            ),
+        };
+        if keep >= threshold {
+            return Err(InvalidSetting(format!(
+                "keep_chars ({keep}) must be smaller than {named} ({threshold})"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn positive(key: Key, value: &str) -> Result<i64, InvalidSetting> {
+    match value.parse::<i64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(InvalidSetting(format!(
+            "{} must be a positive integer, got {value:?}",
+            key.name()
+        ))),
+    }
+}
+
+/// A setting of `session_settings`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Key {
+    Enabled,
+    ThresholdChars,
+    KeepChars,
+    Model,
+}
+
+impl Key {
+    const ALL: [Key; 4] = [
+        Key::Enabled,
+        Key::ThresholdChars,
+        Key::KeepChars,
+        Key::Model,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Key::Enabled => "enabled",
+            Key::ThresholdChars => "threshold_chars",
+            Key::KeepChars => "keep_chars",
+            Key::Model => "model",
+        }
+    }
+
+    /// # Errors
+    /// [`InvalidSetting`] listing the known keys.
+    pub fn parse(name: &str) -> Result<Key, InvalidSetting> {
+        let name = name.trim();
+        Key::ALL
+            .into_iter()
+            .find(|key| key.name() == name)
+            .ok_or_else(|| {
+                let known: Vec<_> = Key::ALL.iter().map(|k| k.name()).collect();
+                InvalidSetting(format!(
+                    "unknown setting {name:?}; known: {}",
+                    known.join(", ")
+                ))
+            })
+    }
+}
+
+/// One edit of a session's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The value as written; checked by [`SessionSettings::changed`].
+    Set(Key, String),
+    /// Back to inheriting the configured value.
+    Unset(Key),
+}
+
+impl Change {
+    /// `key=value`, as `--set` takes it.
+    ///
+    /// # Errors
+    /// [`InvalidSetting`] when there is no `=` or the key is unknown.
+    pub fn set(text: &str) -> Result<Change, InvalidSetting> {
+        let (key, value) = text
+            .split_once('=')
+            .ok_or_else(|| InvalidSetting(format!("--set takes key=value, got {text:?}")))?;
+        Ok(Change::Set(Key::parse(key)?, value.to_owned()))
+    }
+
+    /// # Errors
+    /// [`InvalidSetting`] when the key is unknown.
+    pub fn unset(key: &str) -> Result<Change, InvalidSetting> {
+        Key::parse(key).map(Change::Unset)
+    }
+}
+
+/// Why an edit of a session's settings was refused; nothing is written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidSetting(pub String);
+
+/// The limits one event runs with: value by value, the request's, else the session's
+/// (each clamped to `bounds`), else the configured one.
+///
+/// The result always has keep < threshold, which the planner relies on. When the values
+/// picked break that (say, a request's threshold below the configured keep), keep
+/// becomes a third of the threshold (the seed's defaults' ratio), but no less than
+/// `SUMMARIZATION_MIN_KEEP_CHARS` where that is still below the threshold.
+pub fn limits(
+    configured: Limits,
+    bounds: Bounds,
+    session: &SessionSettings,
+    request: Overrides,
+) -> Limits {
+    let threshold = request
+        .threshold_chars
+        .or(session.threshold_chars)
+        .map_or(configured.threshold_chars, |t| {
+            t.clamp(bounds.min_threshold_chars, bounds.max_threshold_chars)
+        });
+    let mut keep = request
+        .keep_chars
+        .or(session.keep_chars)
+        .map_or(configured.keep_chars, |k| {
+            k.clamp(bounds.min_keep_chars, bounds.max_keep_chars)
+        });
+    if keep >= threshold {
+        keep = (threshold / 3).max(bounds.min_keep_chars.min(threshold - 1));
+    }
+    Limits {
+        threshold_chars: threshold,
+        keep_chars: keep,
+    }
+}
+
+#[cfg(test)]
+mod tests;

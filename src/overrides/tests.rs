@@ -1,0 +1,244 @@
+//! Precedence, clamping and the edits of a session's settings.
+
+use proptest::prelude::*;
+
+use super::*;
+
+const CONFIGURED: Limits = Limits {
+    threshold_chars: 60_000,
+    keep_chars: 20_000,
+};
+
+fn bounds() -> Bounds {
+    Bounds::default()
+}
+
+fn request(threshold_chars: Option<i64>, keep_chars: Option<i64>) -> Overrides {
+    Overrides {
+        threshold_chars,
+        keep_chars,
+    }
+}
+
+fn session(threshold_chars: Option<i64>, keep_chars: Option<i64>) -> SessionSettings {
+    SessionSettings {
+        threshold_chars,
+        keep_chars,
+        ..SessionSettings::default()
+    }
+}
+
+fn limits_of(threshold_chars: i64, keep_chars: i64) -> Limits {
+    Limits {
+        threshold_chars,
+        keep_chars,
+    }
+}
+
+#[test]
+fn with_nothing_given_the_configured_limits_apply() {
+    let got = limits(
+        CONFIGURED,
+        bounds(),
+        &SessionSettings::default(),
+        Overrides::default(),
+    );
+    assert_eq!(got, CONFIGURED);
+}
+
+#[test]
+fn the_request_wins_over_the_session_which_wins_over_the_configuration() {
+    let tuned = session(Some(30_000), Some(9_000));
+    assert_eq!(
+        limits(CONFIGURED, bounds(), &tuned, Overrides::default()),
+        limits_of(30_000, 9_000)
+    );
+    assert_eq!(
+        limits(CONFIGURED, bounds(), &tuned, request(Some(40_000), None)),
+        limits_of(40_000, 9_000),
+        "value by value: the session's keep stays"
+    );
+    assert_eq!(
+        limits(
+            CONFIGURED,
+            bounds(),
+            &session(None, Some(5_000)),
+            request(Some(8_000), Some(2_000))
+        ),
+        limits_of(8_000, 2_000)
+    );
+}
+
+#[test]
+fn requested_and_session_values_are_clamped_to_the_bounds() {
+    let none = SessionSettings::default();
+    assert_eq!(
+        limits(CONFIGURED, bounds(), &none, request(Some(10), Some(1))),
+        limits_of(1_000, 500)
+    );
+    assert_eq!(
+        limits(
+            CONFIGURED,
+            bounds(),
+            &none,
+            request(Some(i64::MAX), Some(i64::MAX))
+        ),
+        limits_of(10_000_000, 5_000_000)
+    );
+    assert_eq!(
+        limits(
+            CONFIGURED,
+            bounds(),
+            &session(Some(-5), Some(0)),
+            Overrides::default()
+        ),
+        limits_of(1_000, 500)
+    );
+}
+
+#[test]
+fn the_configured_limits_are_not_clamped() {
+    let small = limits_of(600, 200);
+    assert_eq!(
+        limits(
+            small,
+            bounds(),
+            &SessionSettings::default(),
+            Overrides::default()
+        ),
+        small
+    );
+}
+
+#[test]
+fn a_keep_not_below_the_threshold_becomes_a_third_of_it() {
+    let none = SessionSettings::default();
+    // A request's small threshold under the configured keep.
+    assert_eq!(
+        limits(CONFIGURED, bounds(), &none, request(Some(3_000), None)),
+        limits_of(3_000, 1_000)
+    );
+    // A third would be under the minimum keep: the minimum, still below the threshold.
+    assert_eq!(
+        limits(
+            CONFIGURED,
+            bounds(),
+            &none,
+            request(Some(1_200), Some(5_000))
+        ),
+        limits_of(1_200, 500)
+    );
+}
+
+proptest! {
+    #[test]
+    fn the_limits_always_keep_less_than_the_threshold(
+        configured_keep in 1..100_000i64,
+        extra in 1..100_000i64,
+        min_keep in 1..5_000i64,
+        keep_span in 0..100_000i64,
+        threshold_gap in 1..5_000i64,
+        threshold_span in 0..100_000i64,
+        session_t in proptest::option::of(-10i64..1_000_000),
+        session_k in proptest::option::of(-10i64..1_000_000),
+        request_t in proptest::option::of(-10i64..1_000_000),
+        request_k in proptest::option::of(-10i64..1_000_000),
+    ) {
+        let configured = limits_of(configured_keep + extra, configured_keep);
+        let bounds = Bounds {
+            min_threshold_chars: min_keep + threshold_gap,
+            max_threshold_chars: min_keep + threshold_gap + threshold_span,
+            min_keep_chars: min_keep,
+            max_keep_chars: min_keep + keep_span,
+        };
+        let got = limits(configured, bounds, &session(session_t, session_k), request(request_t, request_k));
+        prop_assert!(got.keep_chars >= 1 && got.keep_chars < got.threshold_chars, "{got:?}");
+        // An overridden threshold lies within its bounds; an inherited one is the configured.
+        match request_t.or(session_t) {
+            Some(_) => prop_assert!(
+                (bounds.min_threshold_chars..=bounds.max_threshold_chars).contains(&got.threshold_chars)
+            ),
+            None => prop_assert_eq!(got.threshold_chars, configured.threshold_chars),
+        }
+        // An overridden keep lies within its bounds, except that it gives way to the
+        // threshold (down to a third of it, never under the minimum while that fits).
+        if request_k.or(session_k).is_some() {
+            if bounds.min_keep_chars < got.threshold_chars {
+                prop_assert!(got.keep_chars >= bounds.min_keep_chars, "{got:?}");
+            }
+            prop_assert!(got.keep_chars <= bounds.max_keep_chars.max(got.threshold_chars / 3));
+        }
+    }
+}
+
+fn change(text: &str) -> Change {
+    Change::set(text).unwrap()
+}
+
+#[test]
+fn edits_apply_in_order_and_unset_inherits() {
+    let start = SessionSettings {
+        model: Some("gpt-a".into()),
+        ..SessionSettings::default()
+    };
+    let next = start
+        .changed(
+            &[
+                change("threshold_chars=9000"),
+                change("keep_chars= 3000 "),
+                change("enabled=false"),
+                Change::unset("model").unwrap(),
+                change("model=gpt-b"),
+            ],
+            CONFIGURED,
+        )
+        .unwrap();
+    assert_eq!(
+        next,
+        SessionSettings {
+            enabled: Some(false),
+            threshold_chars: Some(9000),
+            keep_chars: Some(3000),
+            model: Some("gpt-b".into()),
+        }
+    );
+    assert!(next.disabled());
+    let back = next
+        .changed(&[Change::unset("enabled").unwrap()], CONFIGURED)
+        .unwrap();
+    assert_eq!(back.enabled, None);
+}
+
+#[test]
+fn bad_edits_say_what_is_wrong() {
+    let err = |changes: &[Change]| {
+        SessionSettings::default()
+            .changed(changes, CONFIGURED)
+            .unwrap_err()
+            .0
+    };
+    assert!(Change::set("colour=blue").unwrap_err().0.contains(
+        "unknown setting \"colour\"; known: enabled, threshold_chars, keep_chars, model"
+    ));
+    assert!(
+        Change::set("keep_chars")
+            .unwrap_err()
+            .0
+            .contains("key=value")
+    );
+    assert!(Change::unset("nope").is_err());
+    assert!(
+        err(&[change("threshold_chars=0")]).contains("threshold_chars must be a positive integer")
+    );
+    assert!(err(&[change("keep_chars=1.5")]).contains("keep_chars must be a positive integer"));
+    assert!(err(&[change("enabled=yes")]).contains("enabled must be true or false"));
+    assert!(err(&[change("model=")]).contains("model must not be empty"));
+    assert_eq!(
+        err(&[change("threshold_chars=2000"), change("keep_chars=2000")]),
+        "keep_chars (2000) must be smaller than threshold_chars (2000)"
+    );
+    assert_eq!(
+        err(&[change("keep_chars=60000")]),
+        "keep_chars (60000) must be smaller than the configured SUMMARIZATION_THRESHOLD_CHARS (60000)"
+    );
+}
