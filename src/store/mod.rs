@@ -54,13 +54,19 @@ impl From<sqlx::Error> for CommitError {
     }
 }
 
-/// One message's fingerprint, as SQL over a `messages` (or archived) row: md5 over the
-/// row-literal text of every field the summary is made from. The row literal quotes each
-/// field, so NULL, '' and shifted boundaries between fields all read differently.
-/// Load and commit splice this same text, so they cannot disagree on what is hashed.
+/// One message's fingerprint, as SQL over a `messages` row: the row version's `xmin`,
+/// the id of the transaction that wrote it. Any UPDATE writes a new row version, and a
+/// row deleted and inserted again is a new one, so a message that is not exactly the one
+/// loaded has another `xmin`, whatever its content and length; an UPDATE that writes the
+/// same values also changes it, which only makes the commit give up (`conflict`) where
+/// it need not. It costs nothing to read, where an md5 over each row's text cost the
+/// load and the commit about 1.5 ms each on a 1,000-message session (EXPLAIN ANALYZE),
+/// a third of a compaction's own cost. (Freezing keeps the value `xmin` reads; the
+/// 32-bit id wraps around only over billions of transactions, not within a lease.)
+/// Load and commit splice this same text, so they cannot disagree on what is read.
 macro_rules! fingerprint_sql {
     () => {
-        "md5(ROW(role, content, tool_calls::text, tool_call_id, is_summary, seq)::text)"
+        "xmin::text"
     };
 }
 
