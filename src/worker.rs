@@ -21,7 +21,7 @@ use crate::message::{Message, char_count};
 use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
 use crate::planner;
-use crate::store::{CommitError, CounterReader, Loaded, NewSummary, PgStore};
+use crate::store::{CommitError, CounterReader, Counters, Loaded, NewSummary, PgStore};
 use crate::summary;
 
 /// What a worker needs to know of the settings.
@@ -61,6 +61,9 @@ pub struct Processed {
     pub outcome: Outcome,
     /// The session's size when it was checked; `None` when it was not read.
     pub session_chars: Option<i64>,
+    /// The session's compaction in force when it was checked (`None` when it has none or
+    /// was not read); a compaction's reply reports itself instead.
+    pub latest_compaction_id: Option<i64>,
     pub duration: Duration,
 }
 
@@ -114,10 +117,11 @@ impl Worker {
     /// compaction runs as a task of its own (see [`Worker::compact_in_task`]).
     pub async fn process(self: &Arc<Self>, event: &Event) -> Processed {
         let started = Instant::now();
-        let (outcome, session_chars) = self.decide(event).await;
+        let (outcome, checked) = self.decide(event).await;
         Processed {
             outcome,
-            session_chars,
+            session_chars: checked.map(|c| c.total_chars),
+            latest_compaction_id: checked.and_then(|c| c.last_compaction_id),
             duration: started.elapsed(),
         }
     }
@@ -144,7 +148,8 @@ impl Worker {
         }
     }
 
-    async fn decide(self: &Arc<Self>, event: &Event) -> (Outcome, Option<i64>) {
+    /// The outcome, and the counters when they were read.
+    async fn decide(self: &Arc<Self>, event: &Event) -> (Outcome, Option<Counters>) {
         if !self.policy.enabled {
             return (Outcome::Skipped(Reason::Disabled), None);
         }
@@ -153,24 +158,24 @@ impl Worker {
             Ok(None) => return (Outcome::Skipped(Reason::UnknownSession), None),
             Err(e) => return (store_failure(event, "reading the session", &e), None),
         };
-        let chars = Some(counters.total_chars);
+        let checked = Some(counters);
         if counters.total_chars <= self.policy.limits.threshold_chars {
-            return (Outcome::Skipped(Reason::BelowThreshold), chars);
+            return (Outcome::Skipped(Reason::BelowThreshold), checked);
         }
         if counters.human_turns < 2 {
-            return (Outcome::Skipped(Reason::TooFewTurns), chars);
+            return (Outcome::Skipped(Reason::TooFewTurns), checked);
         }
         if counters.backing_off {
-            return (Outcome::Skipped(Reason::BackingOff), chars);
+            return (Outcome::Skipped(Reason::BackingOff), checked);
         }
         // The planner refused this very history before: no lease, no load.
         if let Some(reason) = counters.remembered_skip {
-            return (Outcome::Skipped(reason), chars);
+            return (Outcome::Skipped(reason), checked);
         }
 
         // Boxed: the compaction's state machine is kilobytes, and kept inline it made every
         // event's future that large, no-op or not (memmove topped the worker's profile).
-        (Box::pin(self.compact_in_task(event)).await, chars)
+        (Box::pin(self.compact_in_task(event)).await, checked)
     }
 
     /// Runs [`Worker::lease_and_compact`] as a task of its own, so that a slow or
