@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import nats
 import nats.errors
 from nats.aio.client import Client as Nats
 from psycopg.types.json import Jsonb
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: Between attempts to reach NATS or Postgres after they could not be reached.
-RECONNECT_INTERVAL = 2.0
+RECONNECT_INTERVAL = 2
 
 
 @dataclass(frozen=True)
@@ -198,18 +197,28 @@ class SummarizerClient:
 
     async def _try_connect(self) -> None:
         if self._nats is None:
+            nc = Nats()
             try:
-                self._nats = await nats.connect(
-                    self.nats_url,
-                    connect_timeout=max(1, int(self.timeout)),
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=RECONNECT_INTERVAL,
-                    allow_reconnect=True,
-                    error_cb=self._nats_error,
+                # nats-py retries an initial connect forever when reconnects are
+                # unlimited: bounded here, and retried by _keep_connecting.
+                await asyncio.wait_for(
+                    nc.connect(
+                        servers=[self.nats_url],
+                        connect_timeout=max(1, int(self.timeout)),
+                        max_reconnect_attempts=-1,
+                        reconnect_time_wait=RECONNECT_INTERVAL,
+                        allow_reconnect=True,
+                        error_cb=self._nats_error,
+                    ),
+                    timeout=max(1.0, self.timeout),
                 )
+                self._nats = nc
                 self.warnings.cleared("nats_unavailable")
             except Exception as e:  # noqa: BLE001 -- any failure means "not now"
-                self.warnings.warn("nats_unavailable", "NATS unreachable at %s: %s", self.nats_url, e)
+                await _close_quietly(nc)
+                self.warnings.warn(
+                    "nats_unavailable", "NATS unreachable at %s: %s", self.nats_url, _oneline(e)
+                )
         if self._pool is None and self.database_url:
             pool = AsyncConnectionPool(
                 self.database_url,
@@ -247,10 +256,7 @@ class SummarizerClient:
             self._connecting.cancel()
             self._connecting = None
         if self._nats is not None:
-            try:
-                await self._nats.close()
-            except Exception:  # noqa: BLE001 -- closing what is already broken
-                pass
+            await _close_quietly(self._nats)
             self._nats = None
         if self._pool is not None:
             await self._pool.close()
@@ -328,6 +334,13 @@ class SummarizerClient:
     async def _unstored(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         known = self._stored.get(session_id, set())
         return [m for m in messages if m.id and m.id not in known]
+
+
+async def _close_quietly(nc: Nats) -> None:
+    try:
+        await asyncio.wait_for(nc.close(), timeout=2.0)
+    except Exception:  # noqa: BLE001 -- closing what is already broken
+        pass
 
 
 def _oneline(error: BaseException) -> str:
