@@ -213,6 +213,7 @@ async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Messag
                 processed.session_chars,
                 processed.duration.as_millis() as u64,
             )
+            .with_latest_compaction_id(processed.latest_compaction_id)
         }
         Err(invalid) => {
             let rid = new_request_id();

@@ -85,7 +85,18 @@ pub struct Processed {
     pub outcome: Outcome,
     /// The session's size when it was checked; `None` when it was not read.
     pub session_chars: Option<i64>,
+    /// The session's compaction in force when it was checked (`None` when it has none or
+    /// was not read); a compaction's reply reports itself instead.
+    pub latest_compaction_id: Option<i64>,
     pub duration: Duration,
+}
+
+/// What the counters read told of the session, for the reply.
+#[derive(Clone, Copy, Debug)]
+struct Checked {
+    session_chars: i64,
+    /// The compaction in force (`sessions.last_compaction_id`).
+    latest_compaction_id: Option<i64>,
 }
 
 pub struct Worker {
@@ -138,10 +149,11 @@ impl Worker {
     /// compaction runs as a task of its own (see [`Worker::compact_in_task`]).
     pub async fn process(self: &Arc<Self>, event: &Event) -> Processed {
         let started = Instant::now();
-        let (outcome, session_chars) = self.decide(event).await;
+        let (outcome, checked) = self.decide(event).await;
         Processed {
             outcome,
-            session_chars,
+            session_chars: checked.map(|c| c.session_chars),
+            latest_compaction_id: checked.and_then(|c| c.latest_compaction_id),
             duration: started.elapsed(),
         }
     }
@@ -168,7 +180,8 @@ impl Worker {
         }
     }
 
-    async fn decide(self: &Arc<Self>, event: &Event) -> (Outcome, Option<i64>) {
+    /// The outcome, and the counters when they were read.
+    async fn decide(self: &Arc<Self>, event: &Event) -> (Outcome, Option<Checked>) {
         if !self.policy.enabled {
             return (Outcome::Skipped(Reason::Disabled), None);
         }
@@ -177,9 +190,12 @@ impl Worker {
             Ok(None) => return (Outcome::Skipped(Reason::UnknownSession), None),
             Err(e) => return (store_failure(event, "reading the session", &e), None),
         };
-        let chars = Some(counters.total_chars);
+        let checked = Some(Checked {
+            session_chars: counters.total_chars,
+            latest_compaction_id: counters.last_compaction_id,
+        });
         if counters.settings.disabled() {
-            return (Outcome::Skipped(Reason::Disabled), chars);
+            return (Outcome::Skipped(Reason::Disabled), checked);
         }
         let limits = overrides::limits(
             self.policy.limits,
@@ -188,17 +204,17 @@ impl Worker {
             event.overrides,
         );
         if counters.total_chars <= limits.threshold_chars {
-            return (Outcome::Skipped(Reason::BelowThreshold), chars);
+            return (Outcome::Skipped(Reason::BelowThreshold), checked);
         }
         if counters.human_turns < 2 {
-            return (Outcome::Skipped(Reason::TooFewTurns), chars);
+            return (Outcome::Skipped(Reason::TooFewTurns), checked);
         }
         if counters.backing_off {
-            return (Outcome::Skipped(Reason::BackingOff), chars);
+            return (Outcome::Skipped(Reason::BackingOff), checked);
         }
         // The planner refused this very history, with this keep, before: no lease, no load.
         if let Some(reason) = counters.remembered_skip_for(limits.keep_chars) {
-            return (Outcome::Skipped(reason), chars);
+            return (Outcome::Skipped(reason), checked);
         }
 
         let job = Job {
@@ -207,7 +223,7 @@ impl Worker {
         };
         // Boxed: the compaction's state machine is kilobytes, and kept inline it made every
         // event's future that large, no-op or not (memmove topped the worker's profile).
-        (Box::pin(self.compact_in_task(event, job)).await, chars)
+        (Box::pin(self.compact_in_task(event, job)).await, checked)
     }
 
     /// Runs [`Worker::lease_and_compact`] as a task of its own, so that a slow or

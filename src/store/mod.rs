@@ -75,7 +75,7 @@ macro_rules! fingerprint_sql {
 /// remembered skip applies only while the counters are still those it was made at.
 macro_rules! counters_columns_sql {
     () => {
-        "total_chars, message_count, human_turns,
+        "total_chars, message_count, human_turns, last_compaction_id,
          coalesce(retry_at > now(), false) AS backing_off,
          CASE WHEN skip_at_chars = total_chars AND skip_at_count = message_count
               THEN skip_reason END AS skip_reason,
@@ -118,6 +118,8 @@ pub struct Counters {
     /// `nothing_to_compact`): same total chars and message count as then. It holds only
     /// for the keep it was planned with: see [`Counters::remembered_skip_for`].
     pub remembered_skip: Option<Reason>,
+    /// The compaction in force (`sessions.last_compaction_id`), sent in every reply.
+    pub last_compaction_id: Option<i64>,
     /// The `keep_chars` the remembered skip was planned with.
     pub skip_at_keep: Option<i64>,
     /// The session's row of `session_settings`; all `None` without one.
@@ -529,9 +531,9 @@ impl PgStore {
             " AS fingerprint
              ), archived AS (
                  INSERT INTO archived_messages (compaction_id, session_id, seq, role, content,
-                     tool_calls, tool_call_id, is_summary, chars, created_at)
+                     tool_calls, tool_call_id, is_summary, chars, created_at, external_id, extra)
                  SELECT (SELECT id FROM event), session_id, seq, role, content,
-                     tool_calls, tool_call_id, is_summary, chars, created_at
+                     tool_calls, tool_call_id, is_summary, chars, created_at, external_id, extra
                  FROM removed
              )
              SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
@@ -566,20 +568,27 @@ impl PgStore {
             _ => return Err(CommitError::PrefixChanged),
         };
 
+        let id: i64 = archived.try_get("id")?;
         // The summary takes the first removed message's seq: before every kept message,
-        // and after any system message that preceded the old part.
+        // and after any system message that preceded the old part. The same statement
+        // records the compaction as the session's latest (its row is locked by the fence
+        // already), so replies report it from the counters' read.
         sqlx::query(
-            "INSERT INTO messages (session_id, seq, role, content, is_summary)
-             VALUES ($1, $2, 'user', $3, true)",
+            "WITH summary AS (
+                 INSERT INTO messages (session_id, seq, role, content, is_summary)
+                 VALUES ($1, $2, 'user', $3, true)
+             )
+             UPDATE sessions SET last_compaction_id = $4 WHERE session_id = $1",
         )
         .bind(summary.session_id)
         .bind(first_seq)
         .bind(summary.text)
+        .bind(id)
         .execute(&mut *tx)
         .await?;
 
         tx.commit().await?;
-        Ok(archived.try_get("id")?)
+        Ok(id)
     }
 }
 
@@ -612,6 +621,7 @@ fn counters_from(row: &PgRow) -> Result<Counters, sqlx::Error> {
             .and_then(|reason| remembered(&reason)),
         skip_at_keep: row.try_get("skip_at_keep")?,
         settings: settings::settings_from(row)?,
+        last_compaction_id: row.try_get("last_compaction_id")?,
     })
 }
 

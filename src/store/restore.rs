@@ -186,9 +186,9 @@ impl PgStore {
                      DELETE FROM archived_messages WHERE compaction_id = $1 RETURNING *
                  )
                  INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id,
-                                       is_summary, created_at)
+                                       is_summary, created_at, external_id, extra)
                  SELECT session_id, seq, role, content, tool_calls, tool_call_id, is_summary,
-                        created_at
+                        created_at, external_id, extra
                  FROM back",
             )
             .bind(compaction)
@@ -204,6 +204,17 @@ impl PgStore {
             .execute(&mut *tx)
             .await?;
         }
+        // The compaction now in force is the newest one not undone (or none): clients
+        // compare it with the one their state reflects and reload the history.
+        sqlx::query(
+            "UPDATE sessions SET last_compaction_id = (
+                 SELECT max(compaction_id) FROM archived_messages WHERE session_id = $1
+             )
+             WHERE session_id = $1",
+        )
+        .bind(session_id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(Restored {
             compactions,

@@ -14,6 +14,7 @@ mod fixtures;
 mod fleet;
 mod helpers;
 mod isolation;
+mod langchain;
 mod llm;
 mod operations;
 mod outages;

@@ -110,3 +110,28 @@ impl TurnClient {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::{Outcome, Reason};
+
+    /// The Python client (clients/python) reports these same strings for the same cases.
+    #[test]
+    fn each_decision_reports_its_reason() {
+        let reply = Reply::new(
+            &Outcome::Skipped(Reason::BelowThreshold),
+            None,
+            None,
+            None,
+            0,
+        );
+        assert_eq!(Decision::Replied(reply).reason(), "below_threshold");
+        assert_eq!(Decision::TimedOut.reason(), "timeout");
+        assert_eq!(Decision::NoWorkers.reason(), "no_responders");
+        assert_eq!(
+            Decision::Unavailable("down".to_owned()).reason(),
+            "transport_error"
+        );
+    }
+}

@@ -163,6 +163,12 @@ pub struct Reply {
     /// The `usage_events.id` of the compaction, also its `archived_messages.compaction_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction_id: Option<i64>,
+    /// The compaction in force for the session when the worker answered (this one, for
+    /// `compacted`), `None` when it has none or was not read. On every reply, so that a
+    /// client whose earlier request timed out notices a compaction that committed after
+    /// it stopped waiting, even on a `below_threshold` turn.
+    #[serde(default)]
+    pub latest_compaction_id: Option<i64>,
     /// Time the worker spent on the event.
     #[serde(default)]
     pub duration_ms: u64,
@@ -198,9 +204,20 @@ impl Reply {
             messages_kept: compaction.map(|c| c.messages_kept),
             summary_chars: compaction.map(|c| c.summary_chars),
             compaction_id: compaction.map(|c| c.compaction_id),
+            latest_compaction_id: compaction.map(|c| c.compaction_id),
             duration_ms,
             message,
         }
+    }
+
+    /// Reports `id` as the session's compaction in force, unless this reply is the
+    /// compaction's own (which reports itself).
+    #[must_use]
+    pub fn with_latest_compaction_id(mut self, id: Option<i64>) -> Self {
+        if self.compaction_id.is_none() {
+            self.latest_compaction_id = id;
+        }
+        self
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -310,6 +327,38 @@ mod tests {
         )
         .unwrap();
         assert_eq!(newer.reason, Reason::Other);
+        assert_eq!(newer.latest_compaction_id, None);
+    }
+
+    #[test]
+    fn every_reply_carries_the_latest_compaction_and_a_compaction_reports_itself() {
+        let skipped = Reply::new(
+            &Outcome::Skipped(Reason::BelowThreshold),
+            None,
+            None,
+            None,
+            0,
+        )
+        .with_latest_compaction_id(Some(7));
+        let json: Value = serde_json::from_slice(&skipped.encode()).unwrap();
+        assert_eq!(json["latest_compaction_id"], 7);
+        let none = Reply::new(&Outcome::Busy, None, None, None, 0).with_latest_compaction_id(None);
+        let json: Value = serde_json::from_slice(&none.encode()).unwrap();
+        assert!(
+            json.as_object()
+                .unwrap()
+                .contains_key("latest_compaction_id")
+        );
+        let compaction = crate::outcome::Compaction {
+            compaction_id: 9,
+            messages_removed: 1,
+            chars_removed: 1,
+            messages_kept: 1,
+            summary_chars: 1,
+        };
+        let compacted = Reply::new(&Outcome::Compacted(compaction), None, None, None, 0)
+            .with_latest_compaction_id(Some(7));
+        assert_eq!(compacted.latest_compaction_id, Some(9));
     }
 
     proptest! {

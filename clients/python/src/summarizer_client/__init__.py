@@ -1,0 +1,37 @@
+"""summarizer_client: a drop-in for LangGraph and LangChain agents that keeps their
+conversations inside the context window with the summarizer worker fleet.
+
+`SummarizerClient` and `Decision` need only the base install; `SummarizerMiddleware`,
+`maybe_summarize` and `summarizer_node` need the `[langchain]` extra.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .client import Decision, SummarizerClient
+
+if TYPE_CHECKING:
+    from .graph import maybe_summarize, summarizer_node
+    from .middleware import SummarizerMiddleware
+
+__all__ = [
+    "Decision",
+    "SummarizerClient",
+    "SummarizerMiddleware",
+    "maybe_summarize",
+    "summarizer_node",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The LangChain parts import langchain lazily: the base install works without it.
+    if name == "SummarizerMiddleware":
+        from .middleware import SummarizerMiddleware
+
+        return SummarizerMiddleware
+    if name in ("maybe_summarize", "summarizer_node"):
+        from . import graph
+
+        return getattr(graph, name)
+    raise AttributeError(name)

@@ -1,0 +1,89 @@
+"""The turn every entry point shares: store what the state holds that is not stored yet,
+ask the worker, and when the stored history changed under the state (a compaction now,
+or a late one committed after an earlier turn stopped waiting), bring it into the state.
+
+These coroutines run on the client's private loop (see `_loop`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage, RemoveMessage
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+from ._codec import pair_safe, summary_compaction
+from ._failopen import logger
+from .client import Decision, SummarizerClient, _oneline
+
+
+@dataclass(frozen=True)
+class Turn:
+    decision: Decision
+    #: The stored history to put in the state, or None to leave the state as it is.
+    history: list[BaseMessage] | None
+
+    def update(self) -> dict[str, Any] | None:
+        """The state update that applies `history`: everything replaced."""
+        if self.history is None:
+            return None
+        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *self.history]}
+
+
+async def store_new(client: SummarizerClient, session_id: str, messages: Sequence[BaseMessage]) -> bool:
+    """Stores the messages not known to be stored. Returns whether the table now holds
+    everything in `messages` (False after a database failure, logged once)."""
+    try:
+        new = [m for m in messages if m.id and m.id not in client._stored.get(session_id, set())]
+        if new:
+            await client._append(session_id, new)
+        client.warnings.cleared("store")
+        return True
+    except Exception as e:  # noqa: BLE001 -- fail open
+        client.warnings.warn("store", "storing messages failed: %s", _oneline(e))
+        return False
+
+
+async def sync_and_ask(
+    client: SummarizerClient, session_id: str, messages: Sequence[BaseMessage]
+) -> Turn:
+    """One turn. Never raises."""
+    try:
+        stored = await store_new(client, session_id, messages)
+        decision = await client._turn_starting(session_id)
+        # Unstored messages would be lost by a replacement; the next turn catches up.
+        if not stored or decision.reply is None:
+            return Turn(decision, None)
+        latest = decision.latest_compaction_id
+        if not decision.compacted and latest == summary_compaction(list(messages)):
+            return Turn(decision, None)
+        return Turn(decision, await _history(client, session_id, decision))
+    except Exception as e:  # noqa: BLE001 -- a bug here must not stop the agent
+        client.warnings.warn("internal", "unexpected error: %r", e)
+        return Turn(Decision.without_reply("transport_error"), None)
+
+
+async def _history(client: SummarizerClient, session_id: str, decision: Decision) -> list[BaseMessage] | None:
+    try:
+        history = await client._load(session_id)
+    except Exception as e:  # noqa: BLE001
+        client.warnings.warn("load", "loading the compacted history failed: %s", _oneline(e))
+        return None
+    if not pair_safe(history):
+        client.warnings.warn("pairs", "the stored history of %s is not pair-safe; state kept", session_id)
+        return None
+    logger.info(
+        "summarizer: session %s compacted (compaction %s, %s); %d messages in state",
+        session_id,
+        decision.latest_compaction_id,
+        decision.reason,
+        len(history),
+    )
+    return history
+
+
+async def store_run(client: SummarizerClient, session_id: str, messages: Sequence[BaseMessage]) -> None:
+    """After a run: store what it added. Never raises."""
+    await store_new(client, session_id, messages)

@@ -1,0 +1,347 @@
+"""`SummarizerClient`: asks the worker fleet before a turn, and mirrors LangChain messages
+in the `messages` table. Nothing here raises to the agent on the turn path: whatever
+fails, the answer is "proceed", and the cause is logged once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import nats.errors
+from nats.aio.client import Client as Nats
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from ._failopen import Warnings
+from ._loop import LoopThread
+
+if TYPE_CHECKING:
+    from langchain_core.messages import BaseMessage
+
+T = TypeVar("T")
+
+#: Between attempts to reach NATS or Postgres after they could not be reached.
+RECONNECT_INTERVAL = 2
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the agent learns before its turn. Every decision means "go on"; only
+    `compacted` means the stored history changed.
+
+    `reason` is the reply's reason, or why there was none: `timeout`, `no_responders`
+    (no worker running) or `transport_error` (NATS or Postgres unreachable, an
+    unreadable reply, or any error in this package) -- the same strings as the Rust
+    `TurnClient`.
+    """
+
+    compacted: bool
+    reason: str
+    reply: dict[str, Any] | None = None
+
+    @property
+    def latest_compaction_id(self) -> int | None:
+        """The compaction in force when the worker answered, if it did."""
+        value = (self.reply or {}).get("latest_compaction_id")
+        return value if isinstance(value, int) else None
+
+    @classmethod
+    def without_reply(cls, reason: str) -> Decision:
+        return cls(compacted=False, reason=reason, reply=None)
+
+
+_INSERT = """
+INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, external_id, extra)
+SELECT %(session)s, m ->> 'role', m ->> 'content', nullif(m -> 'tool_calls', 'null'),
+       m ->> 'tool_call_id', m ->> 'external_id', m -> 'extra'
+FROM jsonb_array_elements(%(rows)s) WITH ORDINALITY AS r (m, n)
+WHERE m ->> 'external_id' IS NULL OR NOT EXISTS (
+    SELECT 1 FROM archived_messages a
+    WHERE a.session_id = %(session)s AND a.external_id = m ->> 'external_id'
+)
+ORDER BY n
+ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
+"""
+
+# Rows without an external id (the worker's summaries, plain-SQL agents' rows) get one,
+# in the same statement, so that the next sync recognises them as stored. A summary's
+# names the compaction in force (see _codec.summary_compaction).
+_LOAD = """
+WITH s AS (
+    SELECT last_compaction_id FROM sessions WHERE session_id = %(session)s
+), tagged AS (
+    UPDATE messages SET external_id = CASE
+        WHEN is_summary THEN 'summarizer-summary-'
+            || coalesce((SELECT last_compaction_id FROM s)::text, 'none') || '-' || seq
+        ELSE 'summarizer-row-' || seq END
+    WHERE session_id = %(session)s AND external_id IS NULL
+    RETURNING seq, external_id
+)
+SELECT m.role, m.content, m.tool_calls, m.tool_call_id, m.is_summary,
+       coalesce(t.external_id, m.external_id), m.extra
+FROM messages m LEFT JOIN tagged t ON t.seq = m.seq
+WHERE m.session_id = %(session)s
+ORDER BY m.seq
+"""
+
+
+class SummarizerClient:
+    """An async client of the summarizer worker fleet and its `messages` table.
+
+    `database_url` defaults to `$DATABASE_URL`; without one, `append`/`load` (and so the
+    LangChain integrations) are disabled with a warning. Connections are opened by
+    `connect()` (or on first use) and live on a private event-loop thread, so one client
+    serves async and sync callers alike.
+    """
+
+    def __init__(
+        self,
+        nats_url: str = "nats://127.0.0.1:4222",
+        database_url: str | None = None,
+        subject: str = "summarizer.turn.starting",
+        timeout: float = 5.0,
+    ) -> None:
+        self.nats_url = nats_url
+        self.database_url = database_url or os.environ.get("DATABASE_URL")
+        self.subject = subject
+        self.timeout = timeout
+        self.warnings = Warnings()
+        self._loop = LoopThread("summarizer-client")
+        self._nats: Nats | None = None
+        self._pool: AsyncConnectionPool | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._closed = False
+        # Per session, the message ids this process knows are stored (or archived):
+        # a sync sends only the others.
+        self._stored: dict[str, set[str]] = {}
+
+    def __repr__(self) -> str:
+        # The database URL may hold a password: never shown.
+        return f"SummarizerClient(nats_url={self.nats_url!r}, subject={self.subject!r})"
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Connects to NATS and Postgres. Never raises: what cannot be reached now is
+        retried in the background, and turns proceed unchanged meanwhile."""
+        await self._loop.run(self._connect())
+
+    async def close(self) -> None:
+        await self._loop.run(self._close())
+        self._loop.stop()
+
+    def connect_sync(self) -> None:
+        self._loop.run_sync(self._connect())
+
+    def close_sync(self) -> None:
+        self._loop.run_sync(self._close())
+        self._loop.stop()
+
+    async def __aenter__(self) -> SummarizerClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- the public calls ------------------------------------------------------------
+
+    async def turn_starting(self, session_id: str) -> Decision:
+        """Asks the fleet whether `session_id` needs compacting, waiting at most
+        `timeout` seconds. Never raises."""
+        return await self._loop.run(self._turn_starting(session_id))
+
+    async def append(self, session_id: str, messages: Sequence[BaseMessage]) -> int:
+        """Stores `messages` in order, each once per session by its id (messages without
+        one are always stored); never again one a compaction archived. Returns how many
+        rows were written.
+
+        Raises on database errors (it is not on the fail-open turn path)."""
+        return await self._loop.run(self._append(session_id, list(messages)))
+
+    async def load(self, session_id: str) -> list[BaseMessage]:
+        """The session's stored history, oldest first. Raises on database errors."""
+        return await self._loop.run(self._load(session_id))
+
+    def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Runs one of this client's coroutines from sync code (internal)."""
+        return self._loop.run_sync(coro)
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Runs a coroutine on the client's loop from any other loop (internal)."""
+        return await self._loop.run(coro)
+
+    # -- on the private loop ---------------------------------------------------------
+
+    async def _connect(self) -> None:
+        self._closed = False
+        await self._try_connect()
+        if (self._nats is None or self._pool is None) and self._connecting is None:
+            self._connecting = asyncio.create_task(self._keep_connecting())
+
+    async def _ensure_connected(self) -> None:
+        if self._nats is None and self._pool is None and self._connecting is None:
+            await self._connect()
+
+    async def _try_connect(self) -> None:
+        if self._nats is None:
+            nc = Nats()
+            try:
+                # nats-py retries an initial connect forever when reconnects are
+                # unlimited: bounded here, and retried by _keep_connecting.
+                await asyncio.wait_for(
+                    nc.connect(
+                        servers=[self.nats_url],
+                        connect_timeout=max(1, int(self.timeout)),
+                        max_reconnect_attempts=-1,
+                        reconnect_time_wait=RECONNECT_INTERVAL,
+                        allow_reconnect=True,
+                        error_cb=self._nats_error,
+                    ),
+                    timeout=max(1.0, self.timeout),
+                )
+                self._nats = nc
+                self.warnings.cleared("nats_unavailable")
+            except Exception as e:  # noqa: BLE001 -- any failure means "not now"
+                await _close_quietly(nc)
+                self.warnings.warn(
+                    "nats_unavailable", "NATS unreachable at %s: %s", self.nats_url, _oneline(e)
+                )
+        if self._pool is None and self.database_url:
+            pool = AsyncConnectionPool(
+                self.database_url,
+                min_size=1,
+                max_size=4,
+                open=False,
+                kwargs={"autocommit": True, "application_name": "summarizer-client"},
+            )
+            try:
+                await pool.open(wait=True, timeout=self.timeout)
+                self._pool = pool
+                self.warnings.cleared("postgres")
+            except Exception as e:  # noqa: BLE001
+                await pool.close()
+                self.warnings.warn("postgres", "Postgres unreachable: %s", _oneline(e))
+        elif not self.database_url:
+            self.warnings.warn(
+                "no_database", "no database_url (or DATABASE_URL): messages are not stored"
+            )
+
+    async def _keep_connecting(self) -> None:
+        try:
+            while not self._closed and (self._nats is None or (self._pool is None and self.database_url)):
+                await asyncio.sleep(RECONNECT_INTERVAL)
+                await self._try_connect()
+        finally:
+            self._connecting = None
+
+    async def _nats_error(self, error: Exception) -> None:
+        self.warnings.warn("nats_error", "NATS connection error: %s", error)
+
+    async def _close(self) -> None:
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+            self._connecting = None
+        if self._nats is not None:
+            await _close_quietly(self._nats)
+            self._nats = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def _turn_starting(self, session_id: str) -> Decision:
+        try:
+            await self._ensure_connected()
+            nc = self._nats
+            # While disconnected a request would wait out its timeout in a buffer; the
+            # agent is better served by proceeding now (as the Rust TurnClient does).
+            if nc is None or not nc.is_connected:
+                self.warnings.warn("nats_unavailable", "not connected to NATS at %s", self.nats_url)
+                return Decision.without_reply("transport_error")
+            payload = json.dumps(
+                {"session_id": session_id, "request_id": secrets.token_hex(4)}
+            ).encode()
+            message = await nc.request(self.subject, payload, timeout=self.timeout)
+        except nats.errors.NoRespondersError:
+            self.warnings.warn("no_responders", "no worker is serving %s", self.subject)
+            return Decision.without_reply("no_responders")
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            self.warnings.warn("timeout", "no answer within %ss", self.timeout)
+            return Decision.without_reply("timeout")
+        except Exception as e:  # noqa: BLE001 -- fail open on anything
+            self.warnings.warn("transport_error", "asking the worker failed: %s", _oneline(e))
+            return Decision.without_reply("transport_error")
+        for cause in ("nats_unavailable", "no_responders", "timeout", "transport_error"):
+            self.warnings.cleared(cause)
+        try:
+            reply = json.loads(message.data)
+            if not isinstance(reply, dict):
+                raise ValueError("the reply is not a JSON object")
+        except ValueError as e:
+            self.warnings.warn("unreadable_reply", "unreadable reply: %s", e)
+            return Decision.without_reply("transport_error")
+        return Decision(
+            compacted=reply.get("status") == "compacted",
+            reason=str(reply.get("reason", "")),
+            reply=reply,
+        )
+
+    def _require_pool(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            raise ConnectionError("Postgres is not connected")
+        return self._pool
+
+    async def _append(self, session_id: str, messages: list[BaseMessage]) -> int:
+        from ._codec import to_row
+
+        if not messages:
+            return 0
+        await self._ensure_connected()
+        rows = [to_row(m).as_json() for m in messages]
+        async with self._require_pool().connection(timeout=self.timeout) as conn:
+            cursor = await conn.execute(
+                _INSERT, {"session": session_id, "rows": Jsonb(rows)}
+            )
+            written = cursor.rowcount
+        known = self._stored.setdefault(session_id, set())
+        known.update(m.id for m in messages if m.id)
+        return max(written, 0)
+
+    async def _load(self, session_id: str) -> list[BaseMessage]:
+        from ._codec import from_row
+
+        await self._ensure_connected()
+        async with self._require_pool().connection(timeout=self.timeout) as conn:
+            cursor = await conn.execute(_LOAD, {"session": session_id})
+            rows = await cursor.fetchall()
+        history = [from_row(*row) for row in rows]
+        self._stored[session_id] = {m.id for m in history if m.id}
+        return history
+
+    async def _unstored(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        known = self._stored.get(session_id, set())
+        return [m for m in messages if m.id and m.id not in known]
+
+
+async def _close_quietly(nc: Nats) -> None:
+    try:
+        await asyncio.wait_for(nc.close(), timeout=2.0)
+    except Exception:  # noqa: BLE001 -- closing what is already broken
+        pass
+
+
+def _oneline(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
