@@ -62,11 +62,6 @@ impl Application {
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Self> {
         tracing::info!("effective configuration: {}", settings.redacted());
-        // The tokenizer's vocabulary takes a few hundred ms of CPU to load: now, off the
-        // async threads, rather than in the first compaction.
-        tokio::task::spawn_blocking(crate::llm::tokens::load)
-            .await
-            .context("loading the tokenizer")?;
         if settings.lease_duration <= settings.llm.deadline {
             tracing::warn!(
                 "LEASE_DURATION_MS is not longer than LLM_DEADLINE_MS: a slow LLM call may \

@@ -361,6 +361,7 @@ impl Worker {
     async fn compact(&self, event: &Event, owner: &str, loaded: Loaded, job: Job) -> Outcome {
         let started = Instant::now();
         let rid = &event.request_id;
+        crate::llm::tokens::ensure_loaded().await;
         let plan = match plan_off_thread(loaded, job.limits).await {
             Ok(plan) => Plan {
                 model: job.model,

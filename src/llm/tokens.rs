@@ -7,14 +7,30 @@
 //! 13 ms, with the same counts. A compaction counts what it removes, so that difference
 //! was most of the worker's own cost per compaction.
 //!
-//! The vocabulary is loaded once per process (about 50 ms): call [`load`] at worker start,
-//! off the async threads; the first [`count`] otherwise pays for it. Counting is CPU-bound
-//! and linear in the text: callers run it on the blocking pool for large inputs.
+//! The vocabulary is loaded once per process, when the first compaction needs it
+//! ([`ensure_loaded`], on the blocking pool: about 50 ms), not at start: its tables take
+//! some 65 MB of resident memory, which a worker that never compacts (or the no-op path)
+//! has no use for. Counting is CPU-bound and linear in the text: callers run it on the
+//! blocking pool for large inputs.
 
-/// Loads the vocabulary now (blocking), so that the first summarization does not pay
-/// for it.
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static LOADED: AtomicBool = AtomicBool::new(false);
+
+/// Loads the vocabulary now (blocking).
 pub fn load() {
     let _ = bpe_openai::o200k_base();
+    LOADED.store(true, Ordering::Release);
+}
+
+/// Loads the vocabulary on the blocking pool unless it is loaded, so that no async
+/// thread waits for it.
+pub async fn ensure_loaded() {
+    if !LOADED.load(Ordering::Acquire) {
+        // A panic while loading would be a broken build of the vocabulary; counting
+        // then panics too, and the compaction's task turns that into `failed`.
+        let _ = tokio::task::spawn_blocking(load).await;
+    }
 }
 
 /// The number of tokens `text` encodes to (text that spells a special token is read as
