@@ -15,8 +15,9 @@
 //! - [`outcome`]: what happened to an event: the vocabulary of replies, logs and tests;
 //!   [`protocol`]: the wire request and reply, with validation. Both come from the
 //!   `summarizer-client` crate, which agents embed, so the two sides share one contract.
-//! - [`llm`]: summarizers: the offline extractive one, OpenAI-compatible and Anthropic
-//!   clients, the extractive fallback, and the prompt.
+//! - [`llm`]: summarizers: the offline extractive one, and one summarizer over the
+//!   OpenAI-compatible and Anthropic providers that keeps every request within a token
+//!   budget (chunks, clipping); the extractive fallback; the prompt.
 //! - [`store`]: Postgres: counters, the lease, the fenced commit, the aggregates.
 //! - [`worker`]: one event start to finish ([`worker::Worker::process`]).
 //! - [`transport`]: the NATS queue-group loop, bounded, with drain on shutdown.
@@ -25,7 +26,8 @@
 //! - [`http`]: `GET /stats`, `/healthz`, `/readyz`, `/metrics`; [`health`]: readiness;
 //!   [`metrics`]: the Prometheus registry.
 //! - [`check`]: invariants over the whole database (`summarizer check`).
-//! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands.
+//! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands;
+//!   [`telemetry`]: logs, with secrets scrubbed and text-log escaping.
 //!
 //! The benchmark, the chaos run and the fakes live in the `summarizer-lab` crate
 //! (`crates/lab`), which never ships with the worker.
