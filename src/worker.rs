@@ -146,7 +146,7 @@ impl Worker {
     }
 
     /// Answers one event. The cheap part (the counters) runs on the caller's task; a
-    /// compaction runs as a task of its own (see [`Worker::compact_in_task`]).
+    /// compaction runs as a task of its own (see `Worker::compact_in_task`).
     pub async fn process(self: &Arc<Self>, event: &Event) -> Processed {
         let started = Instant::now();
         let (outcome, checked) = self.decide(event).await;

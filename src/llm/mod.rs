@@ -48,7 +48,7 @@ pub struct Summary {
     /// when no prompt did (the extractive summarizer).
     pub prompt_version: Option<String>,
     /// Set when the configured LLM failed and `LLM_FALLBACK` wrote this summary instead:
-    /// the LLM's error, which carries no secret (see [`http::scrub`]).
+    /// the LLM's error, which carries no secret (see `http::scrub`).
     pub fallback_reason: Option<String>,
 }
 
