@@ -284,3 +284,35 @@ async fn a_session_whose_model_server_reuses_call_ids_is_compacted() {
     let report = app.check().await;
     assert!(report.is_clean(), "{report}");
 }
+
+/// A hostile size: 50,000 messages (about 4 MB) in one session, compacted in one turn by
+/// the extractive summarizer, with every removed message archived; the next turn is
+/// below the threshold. (No timing is asserted: the 15 s client timeout is the bound.)
+#[tokio::test]
+async fn a_fifty_thousand_message_session_is_compacted_in_one_turn() {
+    let app = crate::helpers::spawn_app_with(&[("LLM_PROVIDER", "extractive")]).await;
+    sqlx::query(
+        "INSERT INTO messages (session_id, role, content)
+         SELECT 'big', CASE WHEN m % 4 = 0 THEN 'user' ELSE 'assistant' END,
+                'step ' || m || ': orders-db-' || (m % 7) || ' p99 ' || (m % 900)
+                || ' ms, ERROR 503 on checkout-api v2.' || (m % 9)
+         FROM generate_series(1, 50000) AS m",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+
+    let reply = app.turn_starting("big").await;
+
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    let removed = reply.messages_removed.unwrap();
+    assert!(removed > 49_000, "{reply:?}");
+    let archived: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM archived_messages WHERE session_id = 'big'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(archived, removed);
+    let next = app.turn_starting("big").await;
+    assert_eq!(next.reason, Reason::BelowThreshold, "{next:?}");
+}
