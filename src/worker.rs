@@ -75,9 +75,7 @@ struct Job {
     model: Option<String>,
 }
 
-pub fn new_request_id() -> String {
-    format!("{:08x}", fastrand::u32(..))
-}
+pub use summarizer_client::new_request_id;
 
 /// The outcome of one event and what the reply reports beside it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -282,7 +282,7 @@ async fn measure(
     let (cost, requests) = chunked_cost(store, &seeded.two_mb).await?;
     report.chunked_cost = Some(cost);
     report.chunked_requests = requests;
-    report.stats = Some(stats_at_scale(store, sizes.usage_events).await?);
+    report.stats = Some(stats_at_scale(db, sizes.usage_events).await?);
     report.usage_events = sizes.usage_events;
     echo.kill().await?;
     Ok(report)
@@ -402,8 +402,9 @@ async fn chunked_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<(M
 }
 
 /// `GET /stats`'s query (the same function) over `events` usage events spread over 90
-/// days, 50 times.
-async fn stats_at_scale(store: &PgStore, events: usize) -> anyhow::Result<Measurement> {
+/// days, 50 times. The events are seeded through the scratch database's own pool: the
+/// store has no statement for fake usage.
+async fn stats_at_scale(db: &Scratch, events: usize) -> anyhow::Result<Measurement> {
     const BATCH: usize = 100_000;
     for first in (0..events).step_by(BATCH) {
         let last = (first + BATCH).min(events);
@@ -418,13 +419,13 @@ async fn stats_at_scale(store: &PgStore, events: usize) -> anyhow::Result<Measur
         )
         .bind(i64::try_from(first)?)
         .bind(i64::try_from(last)? - 1)
-        .execute(store.pool())
+        .execute(&db.agents)
         .await?;
     }
     sqlx::query("ANALYZE usage_events")
-        .execute(store.pool())
+        .execute(&db.agents)
         .await?;
-    let store = store.clone();
+    let store = db.store.clone();
     load::run(1, 50, 5, move |_| {
         let store = store.clone();
         async move {
