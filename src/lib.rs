@@ -38,6 +38,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod facts;
 pub mod health;
 pub mod http;
 pub mod llm;
