@@ -19,7 +19,8 @@ use crate::message::Message;
 /// What an identifier is; for reports and tests, matching ignores it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
-    /// A number with a unit, a percentage, a ratio, or a number of three digits or more.
+    /// A number with a unit, a percentage, a ratio, or a number of three digits or more
+    /// (four with a decimal point).
     Quantity,
     Version,
     /// A timestamp, a time of day or a date.
@@ -39,6 +40,8 @@ pub enum Kind {
     Id,
     /// A quoted string of several words: an error message, a command.
     Quoted,
+    /// A setting with its value: `max_connections=500`, `maxReplicas: 30`.
+    Setting,
 }
 
 impl fmt::Display for Kind {
@@ -66,16 +69,21 @@ pub fn extract(text: &str) -> Vec<Fact<'_>> {
 /// tool calls it makes (an agent's query names the service and the time range).
 pub fn message_texts(m: &Message) -> impl Iterator<Item = String> + '_ {
     let calls = m.calls().into_owned();
-    std::iter::once(m.content.clone()).chain(calls.into_iter().filter_map(|call| {
-        let args = call
-            .get("args")
-            .or_else(|| call.get("arguments"))
-            .or_else(|| call.get("function").and_then(|f| f.get("arguments")))?;
-        Some(match args {
-            serde_json::Value::String(text) => text.clone(),
-            other => other.to_string(),
-        })
-    }))
+    std::iter::once(m.content.clone())
+        .chain(calls.iter().filter_map(call_arguments).collect::<Vec<_>>())
+}
+
+/// A tool call's arguments as text, in each stored shape: LangChain's `args` object,
+/// the flat `arguments`, OpenAI's `function.arguments` string.
+pub fn call_arguments(call: &serde_json::Value) -> Option<String> {
+    let args = call
+        .get("args")
+        .or_else(|| call.get("arguments"))
+        .or_else(|| call.get("function").and_then(|f| f.get("arguments")))?;
+    Some(match args {
+        serde_json::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    })
 }
 
 /// The distinct identifiers of some messages, in order of first appearance.
@@ -244,26 +252,13 @@ struct Token<'a> {
     end: usize,
 }
 
-/// Characters that end a token. `:` `.` `/` `-` `_` `@` stay inside: times, versions,
-/// paths, names. A `,` between digits stays too (`1,843`).
+/// Characters that end a token. `:` `.` `/` `-` `_` `@` `=` stay inside: times, versions,
+/// paths, names, settings. A `,` between digits stays too (`1,843`).
 fn is_delimiter(c: char) -> bool {
     c.is_whitespace()
         || matches!(
             c,
-            '"' | '\''
-                | '`'
-                | '('
-                | ')'
-                | '['
-                | ']'
-                | '{'
-                | '}'
-                | '<'
-                | '>'
-                | ';'
-                | '='
-                | '|'
-                | '*'
+            '"' | '\'' | '`' | '(' | ')' | '[' | ']' | '{' | '}' | '<' | '>' | ';' | '|' | '*'
         )
 }
 
@@ -286,8 +281,16 @@ fn split_tokens(text: &str) -> impl Iterator<Item = Token<'_>> {
                 rest.next();
             }
             let raw = &text[start..end];
-            let trimmed_front = raw.trim_start_matches(['#', ':', '!', '?', '&', '+', ',']);
-            let trimmed = trimmed_front.trim_end_matches(['.', ',', ':', '!', '?', '#', '\\']);
+            // `#` stays before a number or a name: `#3317` is a pull request,
+            // `#ledger-alerts` a channel.
+            let trimmed_front = raw.trim_start_matches([':', '!', '?', '&', '+', ',', '=']);
+            let trimmed_front = match trimmed_front.strip_prefix('#') {
+                Some(rest) if rest.starts_with(|c: char| c.is_ascii_alphanumeric()) => {
+                    trimmed_front
+                }
+                _ => trimmed_front.trim_start_matches('#'),
+            };
+            let trimmed = trimmed_front.trim_end_matches(['.', ',', ':', '!', '?', '#', '\\', '=']);
             if trimmed.is_empty() {
                 continue;
             }
@@ -397,7 +400,7 @@ const SYMBOLIC_CODES: [&str; 28] = [
 
 /// Name parts that mark a hyphenated word as infrastructure (`checkout-api`), not
 /// English (`follow-up`).
-const INFRA_PARTS: [&str; 40] = [
+const INFRA_PARTS: [&str; 88] = [
     "api",
     "db",
     "svc",
@@ -438,6 +441,54 @@ const INFRA_PARTS: [&str; 40] = [
     "pool",
     "bouncer",
     "controller",
+    "pgbouncer",
+    "nginx",
+    "envoy",
+    "istio",
+    "coredns",
+    "kube",
+    "k8s",
+    "argo",
+    "grafana",
+    "prometheus",
+    "mongo",
+    "elastic",
+    "rabbitmq",
+    "nats",
+    "consul",
+    "export",
+    "sync",
+    "job",
+    "cron",
+    "batch",
+    "edge",
+    "cdn",
+    "dns",
+    "payments",
+    "checkout",
+    "orders",
+    "cart",
+    "billing",
+    "search",
+    "inventory",
+    "shipping",
+    "ledger",
+    "scheduler",
+    "router",
+    "mesh",
+    "sidecar",
+    "agent",
+    "daemon",
+    "operator",
+    "dlq",
+    "topic",
+    "stream",
+    "bucket",
+    "alerts",
+    "webhook",
+    "ci",
+    "cd",
+    "deployer",
 ];
 
 /// Endings of exception and error type names.
@@ -461,66 +512,136 @@ fn tokens<'a>(text: &'a str, out: &mut Vec<Fact<'a>>) {
     let mut tokens = split_tokens(text).peekable();
     let mut previous: Option<Token<'a>> = None;
     while let Some(token) = tokens.next() {
-        let next = tokens.peek().copied().filter(|next| {
-            let gap = &text[token.end..next.start];
+        let peeked = tokens.peek().copied();
+        let gap = |next: &Token<'_>| &text[token.end..next.start];
+        let next = peeked.filter(|next| {
+            let gap = gap(next);
             gap.len() <= 2 && gap.chars().all(|c| c == ' ' || c == '\t')
         });
+        // `maxReplicas: 30`: a setting and its value, as YAML and logs write them.
+        let value = peeked.filter(|next| {
+            let gap = gap(next);
+            gap.len() <= 3
+                && gap.starts_with(':')
+                && gap[1..].chars().all(|c| c == ' ')
+                && gap.len() >= 2
+                && !text[next.end..].starts_with(':')
+                && next.text.chars().count() <= 40
+        });
         let mut consumed_next = false;
-        if let Some(kind) = classify(token.text, previous.map(|p| p.text)) {
-            // A number, or a time of day, may take the word after it along.
-            let joined = match (kind, next) {
-                (Kind::Quantity, Some(next)) if is_plain_number(token.text) => {
-                    let unit = next.text.to_ascii_lowercase();
-                    if TIME_UNITS.contains(&unit.as_str()) {
-                        Some((Kind::Duration, next))
-                    } else if COUNT_UNITS.contains(&unit.as_str()) {
-                        Some((Kind::Quantity, next))
-                    } else {
-                        None
-                    }
-                }
-                (Kind::Time, Some(next)) if TIME_ZONES.contains(&next.text) => {
-                    Some((Kind::Time, next))
-                }
-                _ => None,
-            };
-            match joined {
-                Some((kind, next)) => {
+        if let Some(value) = value
+            && is_setting_key(token.text)
+            && token.text.starts_with(|c: char| c.is_ascii_lowercase())
+            && !token.text.contains('.')
+        {
+            out.push(Fact {
+                kind: Kind::Setting,
+                text: &text[token.start..value.end],
+            });
+            consumed_next = true;
+        } else if let Some(next) = next
+            && is_plain_number(token.text)
+            && let Some(kind) = unit_kind(next.text)
+        {
+            // A number takes its unit along: `30 s`, `1.12 GiB`, `180 MiB/h`, `3 replicas`.
+            out.push(Fact {
+                kind,
+                text: &text[token.start..next.end],
+            });
+            consumed_next = true;
+        } else if let Some(kind) = classify(token.text, previous.map(|p| p.text)) {
+            match next {
+                // A time of day takes its zone along: `14:05 UTC`.
+                Some(next) if kind == Kind::Time && TIME_ZONES.contains(&next.text) => {
                     out.push(Fact {
                         kind,
                         text: &text[token.start..next.end],
                     });
                     consumed_next = true;
                 }
-                None => out.push(Fact {
-                    kind,
-                    text: token.text,
-                }),
+                _ => {
+                    out.push(Fact {
+                        kind,
+                        text: token.text,
+                    });
+                    inner(kind, token.text, out);
+                }
             }
-        } else if let Some(next) = next
-            && is_plain_number(token.text)
-            && token.text.len() <= 2
-        {
-            // A small number is a fact only with its unit: `30 s`, `3 replicas`.
-            let unit = next.text.to_ascii_lowercase();
-            let kind = if TIME_UNITS.contains(&unit.as_str()) {
-                Some(Kind::Duration)
-            } else if COUNT_UNITS.contains(&unit.as_str()) {
-                Some(Kind::Quantity)
-            } else {
-                None
-            };
-            if let Some(kind) = kind {
+        } else if token.text.contains(['/', ':']) {
+            // An ARN, a role path, a finding type (`UnauthorizedAccess:IAMUser/...`), a
+            // condition key (`aws:TokenIssueTime`): an id as a whole when a part is one,
+            // and its parts found too.
+            let parts: Vec<(Kind, &str)> = (token.text.split(['/', ':']))
+                .filter_map(|part| classify(part, None).map(|kind| (kind, part)))
+                .collect();
+            if !parts.is_empty() && token.text.chars().count() <= 100 {
                 out.push(Fact {
-                    kind,
-                    text: &text[token.start..next.end],
+                    kind: Kind::Id,
+                    text: token.text,
                 });
-                consumed_next = true;
             }
+            out.extend(parts.into_iter().map(|(kind, text)| Fact { kind, text }));
         }
         previous = Some(token);
         if consumed_next {
             previous = tokens.next();
+        }
+    }
+}
+
+/// The kind a number takes with `word` after it as its unit, if `word` is one.
+fn unit_kind(word: &str) -> Option<Kind> {
+    let unit = word.to_ascii_lowercase();
+    // A rate: `MiB/h`, `req/s`.
+    let base = ["/s", "/sec", "/m", "/min", "/h", "/hr", "/day"]
+        .iter()
+        .find_map(|per| unit.strip_suffix(per))
+        .unwrap_or(&unit);
+    if TIME_UNITS.contains(&unit.as_str()) {
+        Some(Kind::Duration)
+    } else if COUNT_UNITS.contains(&unit.as_str()) || COUNT_UNITS.contains(&base) {
+        Some(Kind::Quantity)
+    } else {
+        None
+    }
+}
+
+/// The identifiers inside a composite one, found as well, so that a summary that writes
+/// one alone still keeps it: the value of `request_id=req-0be47f12`, the host and port
+/// of `postgresql://ro@10.42.3.17:5432/ledger`, the names of a resource path.
+fn inner<'a>(kind: Kind, token: &'a str, out: &mut Vec<Fact<'a>>) {
+    let part = match kind {
+        Kind::Setting => token.split_once('=').map(|(_, value)| value),
+        // `2026-04-02T15:32:10Z`: the time of day, as an agent quotes it.
+        Kind::Time => token
+            .split_once('T')
+            .map(|(_, time)| time.trim_end_matches('Z'))
+            .filter(|time| !time.contains(['+', '-'])),
+        Kind::Path => token.split_once("://").map(|(_, rest)| {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+            authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host)
+        }),
+        _ => None,
+    };
+    if let Some(part) = part
+        && let Some(kind) = classify(part, None)
+        && kind != Kind::Setting
+    {
+        out.push(Fact { kind, text: part });
+    }
+    // A resource path's names: `assumed-role/terraform-ci-network/atlantis-1779199916`.
+    if kind == Kind::Path && !token.contains("://") && !token.starts_with(['/', '.', '~']) {
+        for segment in token.split('/') {
+            if let Some(kind) = classify(segment, None)
+                && kind != Kind::Path
+            {
+                out.push(Fact {
+                    kind,
+                    text: segment,
+                });
+            }
         }
     }
 }
@@ -530,6 +651,36 @@ fn tokens<'a>(text: &'a str, out: &mut Vec<Fact<'a>>) {
 fn classify(token: &str, previous: Option<&str>) -> Option<Kind> {
     if token.chars().count() < 2 {
         return None;
+    }
+    // `=` is a strong sign: any name before it makes a setting (`pid=48213`,
+    // `--tls-cert=/etc/tls.crt`).
+    if let Some((key, value)) = token.split_once('=')
+        && !value.is_empty()
+        && !token.contains("://")
+        && let key = key.trim_start_matches('-')
+        && key.starts_with(|c: char| c.is_ascii_alphabetic())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    {
+        return Some(Kind::Setting);
+    }
+    // `#3317` (a pull request), `#ledger-alerts` (a channel).
+    if let Some(rest) = token.strip_prefix('#') {
+        if rest.chars().all(|c| c.is_ascii_digit()) {
+            return Some(Kind::Id);
+        }
+        let channel = rest.contains(['-', '_'])
+            && rest
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_'));
+        return channel.then_some(Kind::Name);
+    }
+    // `$184,220.55`, `€12`.
+    if let Some(amount) = token.strip_prefix(['$', '€', '£'])
+        && is_plain_number(amount)
+    {
+        return Some(Kind::Quantity);
     }
     if is_path(token) {
         return Some(Kind::Path);
@@ -558,8 +709,11 @@ fn classify(token: &str, previous: Option<&str>) -> Option<Kind> {
         if code_word && token.len() >= 3 {
             return Some(Kind::Code);
         }
+        // Small numbers and short decimals (`0.00`, `3.91` in a table) are everywhere and
+        // mean little without a unit; three digits, or four with a point, are specific.
         let digits = token.chars().filter(char::is_ascii_digit).count();
-        return (digits >= 3 || token.contains('.')).then_some(Kind::Quantity);
+        let enough = if token.contains('.') { 4 } else { 3 };
+        return (digits >= enough).then_some(Kind::Quantity);
     }
     if is_quantity(token) {
         return Some(Kind::Quantity);
@@ -576,10 +730,38 @@ fn classify(token: &str, previous: Option<&str>) -> Option<Kind> {
     if is_mixed_id(token) {
         return Some(Kind::Id);
     }
-    if is_name(token) {
+    if is_name(token) || is_camel_case(token) {
         return Some(Kind::Name);
     }
     None
+}
+
+/// A code symbol: `PrometheusMeterRegistry`, `ReplaceNetworkAclEntry`,
+/// `maximumAllowableTags`, `ImmutableTag`; not a word (`Postgres`) nor an acronym (`HTTP`).
+fn is_camel_case(token: &str) -> bool {
+    let bytes = token.as_bytes();
+    token.len() >= 6
+        && token.chars().all(|c| c.is_ascii_alphanumeric())
+        && token.starts_with(|c: char| c.is_ascii_alphabetic())
+        && bytes
+            .windows(2)
+            .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase())
+        && token.chars().any(|c| c.is_ascii_lowercase())
+}
+
+/// A setting's name: `max_connections`, `maxReplicas`, `pool.size`, `EXPORT_WORKERS`;
+/// not a sentence's word before a colon (`Reason:` is a word, `reason_code:` is not).
+/// Before a colon, only a lower-case name counts (an exception type is not a setting).
+fn is_setting_key(key: &str) -> bool {
+    let identifier = key.starts_with(|c: char| c.is_ascii_alphabetic())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    let camel = key
+        .as_bytes()
+        .windows(2)
+        .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+    identifier && (key.contains(['_', '.']) || camel)
 }
 
 fn is_plain_number(token: &str) -> bool {
@@ -608,6 +790,31 @@ fn is_path(token: &str) -> bool {
     }
     if token.starts_with("./") || token.starts_with("../") || token.starts_with("~/") {
         return has_letter;
+    }
+    // `shopco-labs/deploy-helpers`: a repository or a resource path of names, one of
+    // them hyphenated (`and/or` is prose).
+    let segments: Vec<&str> = token.split('/').collect();
+    if segments.len() >= 2
+        && segments.iter().all(|s| {
+            !s.is_empty()
+                && s.chars().all(|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.')
+                })
+        })
+        && segments.iter().any(|s| s.contains(['-', '_']))
+    {
+        return true;
+    }
+    // `registry.internal/finance/ledger-export`, `node.kubernetes.io/unreachable`.
+    if let Some((host, rest)) = token.split_once('/')
+        && host.contains('.')
+        && host
+            .split('.')
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        && host.chars().any(|c| c.is_ascii_alphabetic())
+        && !rest.is_empty()
+    {
+        return true;
     }
     if token.len() > 3 && token.as_bytes()[1] == b':' && token.as_bytes()[2] == b'\\' {
         return true;

@@ -34,8 +34,27 @@ fn numbers_with_units_percentages_and_ratios() {
     finds("scaled to 3 replicas", Kind::Quantity, "3 replicas");
     finds("pool size 100/100.", Kind::Quantity, "100/100");
     finds("p99 is 1,843 now", Kind::Quantity, "1,843");
-    finds("load average 12.5", Kind::Quantity, "12.5");
-    finds("max_connections=500", Kind::Quantity, "500");
+    finds("load average 12.56", Kind::Quantity, "12.56");
+    assert_eq!(facts("ratio 0.00 3.91"), vec![]);
+}
+
+#[test]
+fn settings_with_their_values() {
+    finds(
+        "set max_connections=500 then",
+        Kind::Setting,
+        "max_connections=500",
+    );
+    finds("spec: maxReplicas: 30\n", Kind::Setting, "maxReplicas: 30");
+    finds("EXPORT_WORKERS=24,", Kind::Setting, "EXPORT_WORKERS=24");
+    finds("with pool.size=8.", Kind::Setting, "pool.size=8");
+    // A word before a colon is prose, not a setting.
+    assert!(
+        !facts("Reason: unknown")
+            .iter()
+            .any(|(k, _)| *k == Kind::Setting)
+    );
+    finds("see PR #3317 for it", Kind::Id, "#3317");
 }
 
 #[test]
@@ -153,6 +172,12 @@ fn file_paths_and_urls() {
     );
     finds("at C:\\logs\\app.log", Kind::Path, "C:\\logs\\app.log");
     finds("POST /api/cart", Kind::Path, "/api/cart");
+    finds(
+        "pushed to shopco-labs/deploy-helpers publicly",
+        Kind::Path,
+        "shopco-labs/deploy-helpers",
+    );
+    finds_nothing("and/or either/or");
 }
 
 #[test]
@@ -253,7 +278,7 @@ fn megabytes_are_extracted_in_one_pass() {
         "2026-03-14T14:05:12Z ERROR checkout-api-7d9f8c upstream 10.0.3.17:5432 reset after 30s\n";
     let text = line.repeat(50_000);
     let set = FactSet::of_text(&text);
-    assert_eq!(set.len(), 4, "{set:?}");
+    assert_eq!(set.len(), 5, "{set:?}");
 }
 
 /// Identifiers of each kind, as an agent would meet them.
@@ -277,6 +302,8 @@ fn identifier() -> impl Strategy<Value = (Kind, String)> {
             })
             .prop_map(|s| (Kind::Id, s)),
         "INC-[0-9]{3,6}".prop_map(|s| (Kind::Id, s)),
+        "[a-z]{2,6}_[a-z]{2,6}=[1-9][0-9]{0,3}".prop_map(|s| (Kind::Setting, s)),
+        "#[1-9][0-9]{2,5}".prop_map(|s| (Kind::Id, s)),
     ]
 }
 
@@ -306,4 +333,77 @@ proptest! {
             prop_assert!(text.contains(fact.text));
         }
     }
+}
+
+#[test]
+fn the_parts_of_a_composite_identifier_are_found_too() {
+    finds(
+        "request_id=req-0be47f12 pod=x",
+        Kind::Setting,
+        "request_id=req-0be47f12",
+    );
+    finds("request_id=req-0be47f12 pod=x", Kind::Id, "req-0be47f12");
+    finds("the oldest is pid=48213.", Kind::Setting, "pid=48213");
+    finds(
+        "RolloutCompleted 2026-04-02T15:32:10Z",
+        Kind::Time,
+        "15:32:10",
+    );
+    finds(
+        "dsn postgresql://ledger_ro@10.42.3.17:5432/ledger?sslmode=require",
+        Kind::Address,
+        "10.42.3.17:5432",
+    );
+}
+
+#[test]
+fn symbols_channels_money_flags_and_registry_paths() {
+    finds(
+        "the PrometheusMeterRegistry grows",
+        Kind::Name,
+        "PrometheusMeterRegistry",
+    );
+    finds(
+        "set maximumAllowableTags to 50",
+        Kind::Name,
+        "maximumAllowableTags",
+    );
+    finds(
+        "posted to #ledger-alerts-legacy.",
+        Kind::Name,
+        "#ledger-alerts-legacy",
+    );
+    finds(
+        "refunds worth $184,220.55 in total",
+        Kind::Quantity,
+        "$184,220.55",
+    );
+    finds("heap 1.12 GiB now", Kind::Quantity, "1.12 GiB");
+    finds("leaks 180 MiB/h steadily", Kind::Quantity, "180 MiB/h");
+    finds(
+        "args --tls-cert=/etc/ledger/tls/tls.crt",
+        Kind::Path,
+        "/etc/ledger/tls/tls.crt",
+    );
+    finds(
+        "Taints: node.kubernetes.io/unreachable:NoExecute",
+        Kind::Path,
+        "node.kubernetes.io/unreachable:NoExecute",
+    );
+    finds(
+        "assumed-role/terraform-ci-network/atlantis-1779199916",
+        Kind::Name,
+        "terraform-ci-network",
+    );
+    finds(
+        "type UnauthorizedAccess:IAMUser/MaliciousIPCaller.Custom fired",
+        Kind::Id,
+        "UnauthorizedAccess:IAMUser/MaliciousIPCaller.Custom",
+    );
+    finds(
+        "condition aws:TokenIssueTime before",
+        Kind::Id,
+        "aws:TokenIssueTime",
+    );
+    finds_nothing("Postgres and HTTP and Kubernetes are fine");
 }
