@@ -1,22 +1,53 @@
-//! The built-in summarizer: fills the seed's template from the old messages with a
-//! deterministic heuristic, offline. Good enough to keep a session inside its window
-//! when no LLM is configured, and predictable enough to test against.
+//! The built-in summarizer: fills the seed's template from the old messages, offline and
+//! deterministic, choosing what to keep by the identifiers it carries ([`crate::facts`]).
 //!
-//! - Investigating: an earlier summary's line, else the first human ask.
-//! - Key findings: an earlier summary's findings, then lines from assistant and tool
-//!   messages that carry specifics (numbers, timestamps, hyphenated or underscored
-//!   service names, error words).
-//! - Ruled out: lines that rule something out (negations), after an earlier summary's.
-//! - Current state: the last assistant message of the old part.
+//! - **Investigating:** the first human ask, whole (an earlier summary's, when there is
+//!   one, which was the first ask of all).
+//! - **Key findings:** units (sentences of the human and the agent, tool output lines,
+//!   an earlier summary's bullets, tool calls) chosen to cover the most identifier weight
+//!   per character not covered yet ([`cover`]), so that new facts are never starved by
+//!   old ones and log noise does not crowd out either ([`units`] says how identifiers are
+//!   weighed); then, in the room left, the identifiers still uncovered, heaviest first,
+//!   as one compressed "Also noted" bullet. An earlier summary's facts are carried
+//!   forward in that form when its bullets no longer fit.
+//! - **Ruled out:** sentences that rule something out ("not", "ruled out", "no sign
+//!   of", "healthy"), from every role and the earlier summary, by the same cover.
+//! - **Current state:** the latest exchange's conclusion: the last sentences of the
+//!   agent's last answer, whole.
+//!
+//! The summary takes at most a quarter of what it replaces (at least [`MIN_BUDGET`]
+//! chars, never `SUMMARY_MAX_CHARS` or more). Everything is linear in the old part's
+//! size: one pass to cut units, one to weigh, and the bucket queue of [`cover`].
+
+mod cover;
+mod units;
 
 use futures_util::future::{BoxFuture, FutureExt};
 
 use super::{LlmError, Summarizer, Summary};
+use crate::facts;
 use crate::message::{Message, Role, char_count};
 use crate::summary::{CURRENT_STATE, INVESTIGATING, KEY_FINDINGS, RULED_OUT};
+use units::Collected;
 
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Extractive;
+#[derive(Clone, Copy, Debug)]
+pub struct Extractive {
+    /// `SUMMARY_MAX_CHARS`: no summary is longer.
+    max_chars: usize,
+}
+
+impl Extractive {
+    pub fn new(max_chars: usize) -> Self {
+        Self { max_chars }
+    }
+}
+
+/// `SUMMARY_MAX_CHARS`'s default.
+impl Default for Extractive {
+    fn default() -> Self {
+        Self::new(6_000)
+    }
+}
 
 impl Summarizer for Extractive {
     fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
@@ -24,8 +55,9 @@ impl Summarizer for Extractive {
         // pool, so that the async threads go on serving other events meanwhile. The copy
         // costs less than the summarizing.
         let old = old.to_vec();
+        let max_chars = self.max_chars;
         async move {
-            match tokio::task::spawn_blocking(move || summarize(&old)).await {
+            match tokio::task::spawn_blocking(move || summarize(&old, max_chars)).await {
                 Ok(summarized) => summarized,
                 // A panic stays a panic: the compaction's task turns it into `failed`.
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -41,429 +73,286 @@ impl Summarizer for Extractive {
 }
 
 const NOTHING_RULED_OUT: &str = "nothing ruled out yet";
+const NO_FINDINGS: &str = "- no specific findings recorded";
+const ALSO_NOTED: &str = "- Also noted: ";
+const ALSO_IN_TOOLS: &str = "- Also in tool output: ";
 
-/// How much each section may take, from generous to terse; the first that yields a
-/// summary shorter than its input wins.
-const BUDGETS: [Budget; 4] = [
-    Budget {
-        findings: 8,
-        ruled_out: 4,
-        line: 200,
-    },
-    Budget {
-        findings: 5,
-        ruled_out: 3,
-        line: 120,
-    },
-    Budget {
-        findings: 3,
-        ruled_out: 2,
-        line: 70,
-    },
-    Budget {
-        findings: 1,
-        ruled_out: 1,
-        line: 40,
-    },
-];
+/// The least weight an identifier needs to be listed on its own: a tool's counter that
+/// appears once, on a templated line, is not a fact worth carrying.
+const LIST_MIN_WEIGHT: u32 = 2;
 
-/// The most any budget takes of each section: candidates past these are never shown,
-/// so they are not kept, which also keeps the de-duplication constant-time per line.
-const MAX_FINDINGS: usize = BUDGETS[0].findings;
-const MAX_RULED_OUT: usize = BUDGETS[0].ruled_out;
+/// The summary takes at most `1 / COMPRESSION` of what it replaces...
+const COMPRESSION: usize = 4;
+/// ... but may take this much of a small old part (still less than all of it).
+pub const MIN_BUDGET: usize = 600;
 
-/// Candidate lines are judged and kept by their first this many characters: more than
-/// any budget shows, and it bounds the work and memory one huge line (a minified JSON
-/// dump, say) can cost.
-const MAX_LINE_CHARS: usize = 1000;
+/// What the template's fixed text costs: headings, separators, line breaks.
+const SKELETON: usize =
+    INVESTIGATING.len() + KEY_FINDINGS.len() + RULED_OUT.len() + CURRENT_STATE.len() + 8;
 
-#[derive(Clone, Copy)]
-struct Budget {
-    findings: usize,
-    ruled_out: usize,
-    line: usize,
-}
+/// Of the findings' room, the share full units may take; the rest (and what they leave)
+/// goes to the "Also noted" identifiers.
+const UNITS_SHARE: (usize, usize) = (3, 10);
 
-fn summarize(old: &[Message]) -> Result<Summary, LlmError> {
-    let input_chars: i64 = old.iter().map(|m| m.chars).sum();
-    let parts = Parts::collect(old);
-    BUDGETS
+/// Of the units' room, the share new units choose from first.
+const NEW_FIRST: (usize, usize) = (2, 3);
+
+fn summarize(old: &[Message], max_chars: usize) -> Result<Summary, LlmError> {
+    let input_chars = usize::try_from(old.iter().map(|m| m.chars).sum::<i64>()).unwrap_or(0);
+    let budget = (input_chars / COMPRESSION)
+        .max(MIN_BUDGET)
+        .min(max_chars)
+        .min(input_chars.saturating_sub(1));
+    let too_small = || {
+        LlmError::Invalid(format!(
+            "the old part ({input_chars} chars) is too small for the template"
+        ))
+    };
+    if budget < SKELETON + 40 {
+        return Err(too_small());
+    }
+    let collected = units::collect(old);
+    let mut covered = vec![false; collected.ids.len()];
+    let room = budget - SKELETON;
+
+    let investigating = investigating(old, &collected, room / 4);
+    cover_text(&investigating, &collected, &mut covered);
+    let state = current_state(old, &collected, (room / 6).min(600));
+    cover_text(&state, &collected, &mut covered);
+
+    let ruled_out_text = ruled_out(&collected, &mut covered, room / 10);
+
+    let used = chars(&investigating) + chars(&state) + chars(&ruled_out_text);
+    let findings_room = room.saturating_sub(used);
+    // New units choose first, so that an earlier summary's facts, however dense, never
+    // starve the new ones; then all compete for what is left. Whatever is not chosen
+    // may still be carried as an identifier in "Also noted".
+    let units_room = findings_room * UNITS_SHARE.0 / UNITS_SHARE.1;
+    let new =
+        (0..collected.units.len()).filter(|&u| collected.units[u].new && !collected.units[u].call);
+    let mut chosen = cover::choose(
+        &collected.units,
+        new,
+        &collected.weights,
+        &mut covered,
+        units_room * NEW_FIRST.0 / NEW_FIRST.1,
+        cover::OVERHEAD,
+    );
+    let taken: usize = chosen
         .iter()
-        .map(|budget| parts.render(*budget))
-        .find(|text| char_count(text) < input_chars)
-        .map(|text| Summary {
-            text,
-            model: "extractive".to_owned(),
-            ..Summary::default()
-        })
-        .ok_or_else(|| {
-            LlmError::Invalid(format!(
-                "the old part ({input_chars} chars) is too small for the template"
-            ))
-        })
-}
-
-/// The candidate lines of each section, before budgeting.
-struct Parts {
-    investigating: String,
-    findings: Vec<String>,
-    ruled_out: Vec<String>,
-    current_state: String,
-}
-
-impl Parts {
-    fn collect(old: &[Message]) -> Self {
-        let earlier = old
-            .iter()
-            .find(|m| m.is_summary)
-            .map(|m| m.content.as_str());
-        let investigating = earlier
-            .and_then(|s| section_line(s, INVESTIGATING))
-            .or_else(|| {
-                old.iter()
-                    .find(|m| m.is_human_turn())
-                    .map(|m| one_line(&m.content))
-            })
-            .unwrap_or_else(|| "(no question recorded)".to_owned());
-
-        let mut findings: Vec<String> = earlier.map(earlier_findings).unwrap_or_default();
-        let mut ruled_out: Vec<String> = earlier
-            .and_then(|s| section_line(s, RULED_OUT))
-            .filter(|line| !line.eq_ignore_ascii_case(NOTHING_RULED_OUT))
-            .into_iter()
-            .collect();
-        // The agent's own sentences digest what the tools returned, so they come first;
-        // tool output lines fill what room is left.
-        let mut from_tools = Vec::new();
-        for m in old {
-            if findings.len() >= MAX_FINDINGS && ruled_out.len() >= MAX_RULED_OUT {
-                break; // nothing later can be shown
-            }
-            let units: Box<dyn Iterator<Item = String>> = match m.role {
-                Role::Assistant => Box::new(sentences(&m.content)),
-                Role::Tool => Box::new(m.content.lines().map(one_line)),
-                Role::System | Role::User => continue,
-            };
-            for unit in units.filter(|u| u.chars().count() >= 12) {
-                if rules_out(&unit) {
-                    push_new(&mut ruled_out, unit, MAX_RULED_OUT);
-                } else if is_specific(&unit) {
-                    let list = if m.role == Role::Tool {
-                        &mut from_tools
-                    } else {
-                        &mut findings
-                    };
-                    push_new(list, unit, MAX_FINDINGS);
-                }
-            }
-        }
-        for line in from_tools {
-            push_new(&mut findings, line, MAX_FINDINGS);
-        }
-
-        let current_state = old
-            .iter()
-            .rev()
-            .find(|m| m.role == Role::Assistant && !m.content.trim().is_empty())
-            .or_else(|| old.iter().rev().find(|m| !m.content.trim().is_empty()))
-            .map(|m| one_line(&m.content))
-            .unwrap_or_else(|| "(no state recorded)".to_owned());
-
-        Self {
-            investigating,
-            findings,
-            ruled_out,
-            current_state,
-        }
+        .map(|&u| collected.units[u].chars() + cover::OVERHEAD)
+        .sum();
+    chosen.extend(cover::choose(
+        &collected.units,
+        (0..collected.units.len()).filter(|&u| !collected.units[u].call),
+        &collected.weights,
+        &mut covered,
+        units_room.saturating_sub(taken),
+        cover::OVERHEAD,
+    ));
+    let units_chars = |chosen: &[usize]| -> usize {
+        chosen.iter().map(|&u| collected.units[u].chars() + 3).sum()
+    };
+    // What the human or the agent wrote, then what only tools printed, each as a list:
+    // kept apart so that a later compaction still tells them apart (tool output, once
+    // listed, must not weigh as if it had been said).
+    let mut list = listed(
+        &collected,
+        &mut covered,
+        findings_room.saturating_sub(units_chars(&chosen)),
+        ALSO_NOTED,
+        |id| collected.said[id],
+    );
+    list.push_str(&listed(
+        &collected,
+        &mut covered,
+        findings_room.saturating_sub(units_chars(&chosen) + chars(&list)),
+        ALSO_IN_TOOLS,
+        |id| !collected.said[id],
+    ));
+    // What the list leaves goes to more units.
+    let left = findings_room.saturating_sub(units_chars(&chosen) + chars(&list));
+    chosen.extend(cover::choose(
+        &collected.units,
+        0..collected.units.len(),
+        &collected.weights,
+        &mut covered,
+        left,
+        3,
+    ));
+    // Oldest first, an earlier summary's bullets before the rest: the order they
+    // happened in.
+    chosen.sort_unstable();
+    let mut findings = String::new();
+    for &u in &chosen {
+        findings.push_str("- ");
+        findings.push_str(&collected.units[u].text);
+        findings.push('\n');
+    }
+    findings.push_str(&list);
+    if findings.is_empty() {
+        findings = format!("{NO_FINDINGS}\n");
     }
 
-    fn render(&self, budget: Budget) -> String {
-        let clip = |s: &str| clip(s, budget.line);
-        let mut out = format!(
-            "{INVESTIGATING} {}\n{KEY_FINDINGS}\n",
-            clip(&self.investigating)
-        );
-        if self.findings.is_empty() {
-            out.push_str("- no specific findings recorded\n");
-        }
-        for finding in self.findings.iter().take(budget.findings) {
-            out.push_str("- ");
-            out.push_str(&clip(finding));
-            out.push('\n');
-        }
-        let ruled_out = if self.ruled_out.is_empty() {
-            NOTHING_RULED_OUT.to_owned()
-        } else {
-            let items: Vec<String> = self
-                .ruled_out
-                .iter()
-                .take(budget.ruled_out)
-                .map(|s| clip(s))
-                .collect();
-            items.join("; ")
-        };
-        out.push_str(&format!("{RULED_OUT} {ruled_out}\n"));
-        out.push_str(&format!("{CURRENT_STATE} {}", clip(&self.current_state)));
-        out
+    let text = format!(
+        "{INVESTIGATING} {investigating}\n{KEY_FINDINGS}\n{findings}{RULED_OUT} {ruled_out_text}\n{CURRENT_STATE} {state}"
+    );
+    if char_count(&text) >= i64::try_from(input_chars).unwrap_or(i64::MAX)
+        || chars(&text) > max_chars
+    {
+        return Err(too_small());
     }
+    Ok(Summary {
+        text,
+        model: "extractive".to_owned(),
+        ..Summary::default()
+    })
 }
 
-/// The text after `heading` on its line, in an earlier summary.
-fn section_line(summary: &str, heading: &str) -> Option<String> {
-    summary
-        .lines()
-        .find_map(|line| line.trim().strip_prefix(heading))
-        .map(|rest| rest.trim().to_owned())
-        .filter(|rest| !rest.is_empty())
-}
-
-/// The bullet lines under an earlier summary's "Key findings".
-fn earlier_findings(summary: &str) -> Vec<String> {
-    summary
-        .lines()
-        .skip_while(|line| !line.trim().starts_with(KEY_FINDINGS))
-        .skip(1)
-        .map_while(|line| line.trim().strip_prefix("- "))
-        .map(one_line)
-        .take(MAX_FINDINGS)
-        .collect()
-}
-
-/// Adds `line` unless it is there already or `list` holds `max` lines: at most `max`
-/// comparisons, however many lines the old part has.
-fn push_new(list: &mut Vec<String>, line: String, max: usize) {
-    if list.len() < max && !list.contains(&line) {
-        list.push(line);
-    }
-}
-
-/// Sentences and lines, each on one line.
-fn sentences(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.lines()
-        .flat_map(|line| line.split_inclusive(". "))
-        .map(one_line)
-}
-
-/// Whitespace collapsed to single spaces, and at most [`MAX_LINE_CHARS`] characters:
-/// the rest of the text is not even read.
-fn one_line(text: &str) -> String {
-    let mut out = String::new();
-    let mut room = MAX_LINE_CHARS;
-    for word in text.split_whitespace() {
-        if !out.is_empty() {
-            if room == 0 {
-                break;
-            }
-            out.push(' ');
-            room -= 1;
+/// The sentences that rule something out, newest first while they fit in `room`,
+/// shown oldest first; their identifiers are covered.
+fn ruled_out(collected: &Collected, covered: &mut [bool], room: usize) -> String {
+    let mut taken: Vec<&str> = Vec::new();
+    let mut used = 0;
+    for unit in collected.units.iter().rev().filter(|u| u.negation) {
+        let cost = unit.chars() + 2;
+        if used + cost > room || taken.contains(&unit.text.trim_end_matches('.')) {
+            continue;
         }
-        let end = word.char_indices().nth(room).map_or(word.len(), |(i, _)| i);
-        out.push_str(&word[..end]);
-        room -= word[..end].chars().count();
-        if room == 0 {
+        used += cost;
+        taken.push(unit.text.trim_end_matches('.'));
+        for &id in &unit.ids {
+            covered[id as usize] = true;
+        }
+    }
+    if taken.is_empty() {
+        return NOTHING_RULED_OUT.to_owned();
+    }
+    taken.reverse();
+    taken.join("; ")
+}
+
+fn chars(text: &str) -> usize {
+    text.chars().count()
+}
+
+/// The first human ask, whole, or an earlier summary's "Investigating" line; cut at a
+/// sentence end when longer than `room`.
+fn investigating(old: &[Message], collected: &Collected, room: usize) -> String {
+    let ask = collected.earlier_investigating.clone().or_else(|| {
+        old.iter()
+            .find(|m| m.is_human_turn() && !m.content.trim().is_empty())
+            .map(|m| m.content.clone())
+    });
+    ask.map_or_else(
+        || "(no question recorded)".to_owned(),
+        |text| fit(&text, room),
+    )
+}
+
+/// The last sentences of the agent's last answer that fit in `room`, whole; an earlier
+/// summary's "Current state" when the agent said nothing since.
+fn current_state(old: &[Message], collected: &Collected, room: usize) -> String {
+    let answer = old
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant && !m.content.trim().is_empty());
+    let Some(answer) = answer else {
+        return collected
+            .earlier_state
+            .as_deref()
+            .map_or_else(|| "(no state recorded)".to_owned(), |s| fit(s, room));
+    };
+    let sentences: Vec<String> = units::sentences(&answer.content).collect();
+    let mut taken = 0;
+    let mut used = 0;
+    for sentence in sentences.iter().rev() {
+        let cost = chars(sentence) + usize::from(taken > 0);
+        if used + cost > room {
             break;
         }
+        used += cost;
+        taken += 1;
     }
-    out
+    if taken == 0 {
+        return fit(sentences.last().map_or("", String::as_str), room);
+    }
+    sentences[sentences.len() - taken..].join(" ")
 }
 
-fn clip(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        Some((end, _)) => format!("{}…", text[..end].trim_end()),
-        None => text.to_owned(),
+/// `text` on one line within `room` chars: whole when it fits, else up to its last
+/// sentence end that fits, else its words that fit and an ellipsis.
+fn fit(text: &str, room: usize) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if chars(&line) <= room {
+        return line;
+    }
+    let Some((cut, _)) = line.char_indices().nth(room.saturating_sub(1)) else {
+        return line;
+    };
+    let head = &line[..cut];
+    if let Some(end) = head.rfind(['.', '?', '!'])
+        && end > cut / 4
+    {
+        return head[..=end].to_owned();
+    }
+    match head.rfind(' ') {
+        Some(space) if space > 0 => format!("{}…", &head[..space]),
+        _ => format!("{head}…"),
     }
 }
 
-const NEGATIONS: [&str; 12] = [
-    "ruled out",
-    "is not",
-    "are not",
-    "was not",
-    "were not",
-    "not the cause",
-    "isn't",
-    "wasn't",
-    "unrelated",
-    "no sign of",
-    "no errors",
-    "looks normal",
-];
-
-fn rules_out(line: &str) -> bool {
-    let lower = line.to_lowercase();
-    NEGATIONS.iter().any(|n| lower.contains(n))
+/// Marks the identifiers `text` holds as covered.
+fn cover_text(text: &str, collected: &Collected, covered: &mut [bool]) {
+    for fact in facts::extract(text) {
+        if let Some(&id) = collected.index.get(fact.text) {
+            covered[id as usize] = true;
+        }
+    }
 }
 
-const SIGNALS: [&str; 9] = [
-    "error",
-    "fail",
-    "exception",
-    "timeout",
-    "timed out",
-    "refused",
-    "panic",
-    "oom",
-    "latency",
-];
-
-fn is_specific(line: &str) -> bool {
-    let lower = line.to_lowercase();
-    line.chars().any(|c| c.is_ascii_digit())
-        || SIGNALS.iter().any(|s| lower.contains(s))
-        || line.split_whitespace().any(|word| {
-            let word = word.trim_matches(|c: char| !c.is_alphanumeric());
-            word.contains(['-', '_']) && word.chars().any(char::is_alphabetic)
-        })
+/// Uncovered identifiers that `belongs` accepts, heaviest first (then in order of
+/// appearance), as one bullet starting `heading`, within `room` chars; empty when none
+/// fits. Listing one covers it and the identifiers inside it.
+fn listed(
+    collected: &Collected,
+    covered: &mut [bool],
+    room: usize,
+    heading: &str,
+    belongs: impl Fn(usize) -> bool,
+) -> String {
+    let heaviest = collected.weights.iter().copied().max().unwrap_or(0);
+    let mut line = String::new();
+    let mut used = chars(heading) + 1;
+    'weights: for weight in (LIST_MIN_WEIGHT..=heaviest).rev() {
+        for (id, text) in collected.ids.iter().enumerate() {
+            if covered[id] || collected.weights[id] != weight || !belongs(id) {
+                continue;
+            }
+            let cost = chars(text) + if line.is_empty() { 0 } else { 2 };
+            if used + cost > room {
+                if room.saturating_sub(used) < 8 {
+                    break 'weights;
+                }
+                continue;
+            }
+            if !line.is_empty() {
+                line.push_str(", ");
+            }
+            line.push_str(text);
+            used += cost;
+            covered[id] = true;
+            for &part in &collected.parts[id] {
+                covered[part as usize] = true;
+            }
+        }
+    }
+    if line.is_empty() {
+        line
+    } else {
+        format!("{heading}{line}\n")
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::summary;
-
-    fn msg(role: Role, content: &str) -> Message {
-        Message::text(role, content)
-    }
-
-    fn incident() -> Vec<Message> {
-        let padding = "The rotation handbook says to check dashboards first. ".repeat(10);
-        vec![
-            msg(
-                Role::User,
-                "Why is checkout-api returning 502s since 14:05 UTC?",
-            ),
-            msg(
-                Role::Assistant,
-                &format!("Let me look at the load balancer.\n{padding}"),
-            ),
-            msg(
-                Role::Tool,
-                "14:05:12 ERROR checkout-api upstream timeout after 30s\n14:05:13 pool size 100/100",
-            ),
-            msg(
-                Role::Assistant,
-                "DNS resolution looks normal, so DNS is ruled out.",
-            ),
-            msg(Role::User, "What about the database?"),
-            msg(
-                Role::Assistant,
-                "orders_db shows 480 active connections; checking pgbouncer next.",
-            ),
-        ]
-    }
-
-    #[test]
-    fn fills_every_heading_from_the_transcript() {
-        let old = incident();
-        let s = summarize(&old).unwrap();
-        let replaced: i64 = old.iter().map(|m| m.chars).sum();
-        let text = summary::check(&s.text, replaced, 6_000).unwrap();
-        assert!(
-            text.starts_with(
-                "**Investigating:** Why is checkout-api returning 502s since 14:05 UTC?"
-            )
-        );
-        assert!(text.contains("- 14:05:12 ERROR checkout-api upstream timeout after 30s"));
-        assert!(text.contains("- orders_db shows 480 active connections"));
-        assert!(text.contains("**Ruled out:** DNS resolution looks normal, so DNS is ruled out."));
-        assert!(text.ends_with(
-            "**Current state:** orders_db shows 480 active connections; checking pgbouncer next."
-        ));
-        assert_eq!(s.model, "extractive");
-    }
-
-    #[test]
-    fn is_deterministic() {
-        assert_eq!(
-            summarize(&incident()).unwrap(),
-            summarize(&incident()).unwrap()
-        );
-    }
-
-    #[test]
-    fn folds_in_an_earlier_summary() {
-        let mut earlier = msg(
-            Role::User,
-            "**Investigating:** 502s on checkout\n**Key findings:**\n- pool at 100/100 at 14:05\n**Ruled out:** DNS\n**Current state:** checking db",
-        );
-        earlier.is_summary = true;
-        let mut old = vec![earlier];
-        old.extend(incident().into_iter().skip(1));
-        let text = summarize(&old).unwrap().text;
-        assert!(text.starts_with("**Investigating:** 502s on checkout\n"));
-        assert!(text.contains("**Key findings:**\n- pool at 100/100 at 14:05\n"));
-        assert!(text.contains("**Ruled out:** DNS; DNS resolution looks normal"));
-    }
-
-    /// About `bytes` of distinct log lines, each "specific" (digits, an error word).
-    fn log_dump(bytes: usize) -> String {
-        let mut dump = String::with_capacity(bytes + 100);
-        let mut n = 0;
-        while dump.len() < bytes {
-            dump.push_str(&format!("{n:08} ERROR svc-{} upstream reset\n", n % 97));
-            n += 1;
-        }
-        dump
-    }
-
-    #[test]
-    fn megabytes_of_distinct_tool_lines_are_summarized_in_linear_time() {
-        // Every line used to be compared with every line kept before it: 5 MB of
-        // distinct lines took minutes. Now each line costs at most MAX_FINDINGS
-        // comparisons, and this finishes in about the time it takes to read the input.
-        let mut old = incident();
-        old[2] = msg(Role::Tool, &log_dump(5_000_000));
-        let text = summarize(&old).unwrap().text;
-        assert!(
-            text.contains("- 00000000 ERROR svc-0 upstream reset\n"),
-            "{text}"
-        );
-        assert!(text.contains("- orders_db shows 480 active connections"));
-    }
-
-    #[test]
-    fn a_huge_single_line_is_judged_and_kept_by_its_start() {
-        let huge = format!("{} {}", "0xdeadbeef-".repeat(500_000), "no errors");
-        assert_eq!(one_line(&huge).chars().count(), MAX_LINE_CHARS);
-        let mut old = incident();
-        old[2] = msg(Role::Tool, &huge);
-        let text = summarize(&old).unwrap().text;
-        // Its start has digits (a finding); its end's negation is never reached.
-        assert!(text.contains("- 0xdeadbeef-0xdeadbeef-"), "{text}");
-        assert!(!text.contains("no errors"));
-    }
-
-    #[test]
-    fn one_line_collapses_whitespace_within_the_bound() {
-        assert_eq!(one_line("  a\t b \n\n c  "), "a b c");
-        let words = "ab ".repeat(MAX_LINE_CHARS);
-        let line = one_line(&words);
-        assert_eq!(line.chars().count(), MAX_LINE_CHARS);
-        assert!(line.starts_with("ab ab"));
-        assert_eq!(
-            one_line(&"é".repeat(MAX_LINE_CHARS + 5)).chars().count(),
-            MAX_LINE_CHARS
-        );
-    }
-
-    #[test]
-    fn terser_budgets_fit_a_small_input_and_a_tiny_one_fails() {
-        let old = vec![
-            msg(
-                Role::User,
-                &format!("incident 42 on svc-a {}", "x".repeat(200)),
-            ),
-            msg(
-                Role::Assistant,
-                &format!("error 1 at 10:00 {}", "y".repeat(200)),
-            ),
-        ];
-        let replaced: i64 = old.iter().map(|m| m.chars).sum();
-        let s = summarize(&old).unwrap();
-        assert!(char_count(&s.text) < replaced);
-        assert!(matches!(
-            summarize(&[msg(Role::User, "hi"), msg(Role::Assistant, "hello")]),
-            Err(LlmError::Invalid(_))
-        ));
-    }
-}
+mod tests;

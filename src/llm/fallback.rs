@@ -57,7 +57,9 @@ impl Fallback {
             error = %reason,
             "LLM summarization failed, compacting with the extractive summarizer"
         );
-        let mut summary = Extractive.summarize(old).await?;
+        let mut summary = Extractive::new(self.max_chars as usize)
+            .summarize(old)
+            .await?;
         summary.fallback_reason = Some(reason);
         Ok(summary)
     }

@@ -134,7 +134,7 @@ pub fn from_settings(
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Box<dyn Summarizer>> {
     let summarizer: Box<dyn Summarizer> = match settings.provider {
-        Provider::Extractive => return Ok(Box::new(Extractive)),
+        Provider::Extractive => return Ok(Box::new(Extractive::new(settings.summary_max_chars))),
         Provider::OpenAi => Box::new(LlmSummarizer::new(
             Box::new(OpenAiClient::new(settings.clone(), metrics.clone())?),
             settings,

@@ -34,7 +34,7 @@ impl Summarizer for PanicsOnce {
             if marked && !self.panicked.swap(true, Ordering::SeqCst) {
                 panic!("the summarizer tripped over {}", self.marker);
             }
-            Extractive.summarize(old).await
+            Extractive::default().summarize(old).await
         }
         .boxed()
     }
