@@ -107,6 +107,9 @@ enum Command {
     },
     /// Play a scripted incident investigation against an in-process worker.
     Demo(demo::DemoArgs),
+    /// Measure how many facts the summarizers keep, on the corpus of scripted
+    /// investigations (no database, no NATS).
+    Eval(crate::eval::EvalArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -261,6 +264,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             return Ok(print_decision(&decision));
         }
         Command::Demo(args) => demo::run(settings, args).await?,
+        Command::Eval(args) => crate::eval::run(settings, args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,7 +11,8 @@
 //! - [`message`]: a session's messages, as the public `messages` table holds them.
 //! - [`planner`]: which oldest messages a compaction replaces; [`overrides`]: the limits
 //!   one event runs with (request, then session, then configuration, clamped).
-//! - [`summary`]: the seed's summary template and the check every summary passes.
+//! - [`summary`]: the seed's summary template and the check every summary passes;
+//!   [`facts`]: the identifiers a summary must keep, and how many it did.
 //! - [`outcome`]: what happened to an event: the vocabulary of replies, logs and tests;
 //!   [`protocol`]: the wire request and reply, with validation. Both come from the
 //!   `summarizer-client` crate, which agents embed, so the two sides share one contract.
@@ -26,6 +27,8 @@
 //! - [`http`]: `GET /stats`, `/healthz`, `/readyz`, `/metrics`; [`health`]: readiness;
 //!   [`metrics`]: the Prometheus registry.
 //! - [`check`]: invariants over the whole database (`summarizer check`).
+//! - [`eval`]: `summarizer eval`, fact recall measured on a corpus of scripted
+//!   investigations.
 //! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands;
 //!   [`telemetry`]: logs, with secrets scrubbed and text-log escaping.
 //!
@@ -38,6 +41,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod eval;
 pub mod facts;
 pub mod health;
 pub mod http;

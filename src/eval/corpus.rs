@@ -1,0 +1,392 @@
+//! The evaluation corpus: scripted investigations in `tests/fixtures/eval/`, each a
+//! history of human asks, tool calls, tool output and the agent's answers in phases,
+//! with the facts each phase plants.
+//!
+//! A script is JSON. A message is one object with one of `user`, `assistant` or `tool`;
+//! an assistant message's `calls` (`{name, args}`) are answered by the `tool` messages
+//! right after it, in order, and get their ids here. A `tool` message's `filler` appends
+//! generated lines (log and metric noise) so that a script can be hundreds of kilobytes
+//! without being written out: see [`Filler`].
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::message::{Message, Role, char_count};
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    pub name: String,
+    pub domain: String,
+    #[serde(default)]
+    pub system: Option<String>,
+    pub phases: Vec<PhaseScript>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseScript {
+    pub name: String,
+    /// Identifiers the investigation turns on, each written verbatim in this phase.
+    pub facts: Vec<String>,
+    pub messages: Vec<Step>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    assistant: Option<String>,
+    #[serde(default)]
+    tool: Option<String>,
+    #[serde(default)]
+    calls: Vec<Call>,
+    #[serde(default)]
+    filler: Option<Filler>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Call {
+    name: String,
+    #[serde(default)]
+    args: Value,
+}
+
+/// `count` lines of `template`, one per index `i` from 0, with these placeholders:
+/// `{i}`; `{hh}` `{mm}` `{ss}`, the time `start_s + i * step_s` seconds after 14:00:00;
+/// `{r}`, `(i * 7919 + seed * 104729) % 1000`; `{pick:a|b|c}`, the `i % n`-th option.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Filler {
+    template: String,
+    count: u32,
+    #[serde(default)]
+    start_s: u64,
+    #[serde(default = "one")]
+    step_s: u64,
+    #[serde(default)]
+    seed: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl Filler {
+    fn line(&self, i: u64) -> String {
+        let t = 14 * 3600 + self.start_s + i * self.step_s;
+        let mut out = String::with_capacity(self.template.len() + 16);
+        let mut rest = self.template.as_str();
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            let Some(close) = rest[open..].find('}') else {
+                break;
+            };
+            let name = &rest[open + 1..open + close];
+            match name {
+                "i" => out.push_str(&i.to_string()),
+                "hh" => out.push_str(&format!("{:02}", (t / 3600) % 24)),
+                "mm" => out.push_str(&format!("{:02}", (t / 60) % 60)),
+                "ss" => out.push_str(&format!("{:02}", t % 60)),
+                "r" => out.push_str(&((i * 7919 + self.seed * 104_729) % 1000).to_string()),
+                _ => match name.strip_prefix("pick:") {
+                    Some(options) => {
+                        let options: Vec<&str> = options.split('|').collect();
+                        out.push_str(options[(i as usize) % options.len()]);
+                    }
+                    None => out.push_str(&rest[open..=open + close]),
+                },
+            }
+            rest = &rest[open + close + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+/// A script played out: its messages in order, each with its phase.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: String,
+    pub domain: String,
+    pub system: Option<Message>,
+    pub phases: Vec<Phase>,
+    pub messages: Vec<Played>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Phase {
+    pub name: String,
+    pub facts: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Played {
+    pub phase: usize,
+    pub message: Message,
+}
+
+impl Scenario {
+    pub fn chars(&self) -> i64 {
+        self.messages.iter().map(|p| p.message.chars).sum()
+    }
+
+    pub fn fact_count(&self) -> usize {
+        self.phases.iter().map(|p| p.facts.len()).sum()
+    }
+}
+
+/// Every `*.json` script in `dir`, played out, sorted by name.
+///
+/// # Errors
+/// A file that cannot be read or parsed, or a script that breaks the format's rules (see
+/// [`Scenario::from_script`]), named with its file.
+pub fn load_dir(dir: &Path) -> anyhow::Result<Vec<Scenario>> {
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading the corpus {}", dir.display()))?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    if paths.is_empty() {
+        bail!("the corpus {} holds no *.json script", dir.display());
+    }
+    paths
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let script: Script = serde_json::from_str(&text)
+                .with_context(|| format!("parsing {}", path.display()))?;
+            Scenario::from_script(script).with_context(|| format!("in {}", path.display()))
+        })
+        .collect()
+}
+
+impl Scenario {
+    /// Plays `script` out into messages.
+    ///
+    /// # Errors
+    /// A message with no role or several; calls not answered by as many tool messages
+    /// right after them; a tool message that answers no call; a planted fact that is not
+    /// written in its phase (filler aside).
+    pub fn from_script(script: Script) -> anyhow::Result<Self> {
+        let mut messages = Vec::new();
+        let mut phases = Vec::new();
+        let mut next_call = 0usize;
+        let mut waiting: Vec<String> = Vec::new();
+        let mut problems: Vec<String> = Vec::new();
+        for (phase_index, phase) in script.phases.into_iter().enumerate() {
+            let mut written = String::new();
+            for (n, step) in phase.messages.into_iter().enumerate() {
+                let at = || format!("phase {:?}, message {n}", phase.name);
+                let message = match (step.user, step.assistant, step.tool) {
+                    (Some(text), None, None) => {
+                        expect_no_calls_pending(&waiting).with_context(at)?;
+                        written.push_str(&text);
+                        written.push('\n');
+                        text_message(Role::User, text)
+                    }
+                    (None, Some(text), None) => {
+                        expect_no_calls_pending(&waiting).with_context(at)?;
+                        written.push_str(&text);
+                        written.push('\n');
+                        let calls: Vec<Value> = step
+                            .calls
+                            .into_iter()
+                            .map(|call| {
+                                next_call += 1;
+                                let id = format!("call_{next_call:04}");
+                                waiting.push(id.clone());
+                                written.push_str(&call.args.to_string());
+                                written.push('\n');
+                                json!({"id": id, "name": call.name, "args": call.args, "type": "tool_call"})
+                            })
+                            .collect();
+                        let mut m = text_message(Role::Assistant, text);
+                        if !calls.is_empty() {
+                            m.tool_calls = Some(Value::Array(calls));
+                            m.chars += char_count(
+                                &m.tool_calls
+                                    .as_ref()
+                                    .map(Value::to_string)
+                                    .unwrap_or_default(),
+                            );
+                        }
+                        m
+                    }
+                    (None, None, Some(text)) => {
+                        if waiting.is_empty() {
+                            bail!("{}: a tool message that answers no call", at());
+                        }
+                        let id = waiting.remove(0);
+                        written.push_str(&text);
+                        written.push('\n');
+                        let mut content = text;
+                        if let Some(filler) = &step.filler {
+                            for i in 0..u64::from(filler.count) {
+                                if !content.is_empty() && !content.ends_with('\n') {
+                                    content.push('\n');
+                                }
+                                content.push_str(&filler.line(i));
+                            }
+                        }
+                        let mut m = text_message(Role::Tool, content);
+                        m.tool_call_id = Some(id);
+                        m
+                    }
+                    _ => bail!(
+                        "{}: a message has exactly one of user, assistant, tool",
+                        at()
+                    ),
+                };
+                messages.push(Played {
+                    phase: phase_index,
+                    message,
+                });
+            }
+            let found = crate::facts::FactSet::of_text(&written);
+            let not_identifiers: Vec<&str> = (phase.facts.iter())
+                .filter(|f| !found.contains(f))
+                .map(String::as_str)
+                .collect();
+            if !not_identifiers.is_empty() {
+                problems.push(format!(
+                    "phase {:?}: planted facts must be identifiers that `facts::extract` finds \
+                     in the phase's text; these are not: {not_identifiers:?}",
+                    phase.name
+                ));
+            }
+            if let Some(missing) = phase.facts.iter().find(|f| !written.contains(f.as_str())) {
+                bail!(
+                    "phase {:?}: the fact {missing:?} is not written in its messages",
+                    phase.name
+                );
+            }
+            phases.push(Phase {
+                name: phase.name,
+                facts: phase.facts,
+            });
+        }
+        expect_no_calls_pending(&waiting).context("at the end")?;
+        if !problems.is_empty() {
+            bail!("{}", problems.join("\n"));
+        }
+        for (seq, played) in messages.iter_mut().enumerate() {
+            played.message.seq = seq as i64 + 1;
+        }
+        Ok(Self {
+            name: script.name,
+            domain: script.domain,
+            system: script.system.map(|text| text_message(Role::System, text)),
+            phases,
+            messages,
+        })
+    }
+}
+
+fn expect_no_calls_pending(waiting: &[String]) -> anyhow::Result<()> {
+    if waiting.is_empty() {
+        Ok(())
+    } else {
+        bail!(
+            "{} tool call(s) not answered right after their call",
+            waiting.len()
+        )
+    }
+}
+
+fn text_message(role: Role, content: String) -> Message {
+    Message {
+        seq: 0,
+        role,
+        chars: char_count(&content),
+        content,
+        tool_calls: None,
+        tool_call_id: None,
+        is_summary: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(json: Value) -> anyhow::Result<Scenario> {
+        Scenario::from_script(serde_json::from_value(json)?)
+    }
+
+    #[test]
+    fn filler_lines_fill_every_placeholder() {
+        let filler = Filler {
+            template: "{hh}:{mm}:{ss} {pick:a|b} r={r} #{i} {unknown}".to_owned(),
+            count: 2,
+            start_s: 59,
+            step_s: 1,
+            seed: 1,
+        };
+        assert_eq!(filler.line(0), "14:00:59 a r=729 #0 {unknown}");
+        assert_eq!(filler.line(1), "14:01:00 b r=648 #1 {unknown}");
+    }
+
+    #[test]
+    fn calls_get_ids_and_their_results() {
+        let s = script(json!({"name": "n", "domain": "d", "phases": [{"name": "p", "facts": ["pg-1"],
+            "messages": [
+                {"user": "look at pg-1"},
+                {"assistant": "", "calls": [{"name": "logs", "args": {"q": 1}}, {"name": "sql", "args": {}}]},
+                {"tool": "first", "filler": {"template": "line {i}", "count": 2}},
+                {"tool": "second"},
+                {"assistant": "done"}
+            ]}]}))
+        .unwrap();
+        let ms: Vec<&Message> = s.messages.iter().map(|p| &p.message).collect();
+        assert_eq!(ms[2].tool_call_id.as_deref(), Some("call_0001"));
+        assert_eq!(ms[3].tool_call_id.as_deref(), Some("call_0002"));
+        assert_eq!(ms[2].content, "first\nline 0\nline 1");
+        assert_eq!(ms[1].tool_call_ids(), ["call_0001", "call_0002"]);
+        assert_eq!(
+            ms.iter().map(|m| m.seq).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
+    }
+
+    #[test]
+    fn a_broken_script_is_refused_with_the_reason() {
+        let refused = |messages: Value, facts: Value| {
+            script(json!({"name": "n", "domain": "d", "phases": [{"name": "p", "facts": facts, "messages": messages}]}))
+                .map(|_| String::new())
+                .unwrap_or_else(|e| format!("{e:#}"))
+        };
+        assert!(refused(json!([{"tool": "x"}]), json!([])).contains("answers no call"));
+        assert!(refused(json!([{"user": "a", "tool": "b"}]), json!([])).contains("exactly one"));
+        assert!(
+            refused(
+                json!([{"assistant": "", "calls": [{"name": "x"}]}, {"user": "a"}]),
+                json!([])
+            )
+            .contains("not answered")
+        );
+        let filler_only = json!([{"assistant": "", "calls": [{"name": "x"}]},
+            {"tool": "", "filler": {"template": "pg-9", "count": 1}}]);
+        assert!(refused(filler_only, json!(["pg-9"])).contains("not written"));
+    }
+
+    #[test]
+    fn the_corpus_has_six_domains_with_facts_in_every_phase() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval");
+        let corpus = load_dir(&dir).unwrap();
+        assert!(corpus.len() >= 6, "{} scenarios", corpus.len());
+        for s in &corpus {
+            assert!(s.phases.len() >= 3, "{}", s.name);
+            assert!(s.phases.iter().all(|p| !p.facts.is_empty()), "{}", s.name);
+        }
+    }
+}
