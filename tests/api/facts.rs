@@ -277,6 +277,14 @@ async fn a_second_attempt_that_fails_leaves_the_first_summary_and_the_compaction
             usage: Some((900, 100)),
         },
         Failing {
+            what: "a completion larger than the worker reads (8 MiB)",
+            answer: Box::new(|_| {
+                let endless = "- 10.0.0.1:5432 reset\n".repeat(1 << 20);
+                answer_with_usage(&format!("{SUMMARY}\n{endless}"))
+            }),
+            usage: None,
+        },
+        Failing {
             what: "a body that is not a completion",
             answer: Box::new(|_| ResponseTemplate::new(200).set_body_string("{\"choices\": [oops")),
             usage: None,
