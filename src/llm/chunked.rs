@@ -205,7 +205,7 @@ impl Summarizer for LlmSummarizer {
         model: Option<&'a str>,
         missing: &'a [String],
     ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
-        let missing = MissingFacts::of(missing);
+        let missing = MissingFacts::of(missing, self.max_input_tokens);
         Some(
             self.summarize_all(context, old, model, Some(missing))
                 .boxed(),

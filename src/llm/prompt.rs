@@ -227,7 +227,9 @@ impl Transcript {
 /// list, and the list must leave the transcript its room in the request.
 pub const MAX_LISTED_FACTS: usize = 200;
 
-/// ... and at most this many characters of them (about 2,000 tokens) ...
+/// ... and at most this many characters of them (some 3,000 tokens of identifiers,
+/// which tokenize worse than prose), or fewer under a small token budget (see
+/// [`MissingFacts::of`]) ...
 pub const MAX_LISTED_CHARS: usize = 8_000;
 
 /// ... and none longer than this: a path or a blob that long is not something a summary
@@ -235,8 +237,8 @@ pub const MAX_LISTED_CHARS: usize = 8_000;
 pub const MAX_LISTED_FACT_CHARS: usize = 200;
 
 /// The identifiers a first summary left out, as a second attempt lists them: the first
-/// [`MAX_LISTED_FACTS`] (within [`MAX_LISTED_CHARS`], skipping any over
-/// [`MAX_LISTED_FACT_CHARS`]), and how many more there are.
+/// [`MAX_LISTED_FACTS`] (within [`MAX_LISTED_CHARS`] or the budget's share, skipping
+/// any over [`MAX_LISTED_FACT_CHARS`]), and how many more there are.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MissingFacts {
     pub listed: Vec<String>,
@@ -244,8 +246,12 @@ pub struct MissingFacts {
 }
 
 impl MissingFacts {
-    /// From every missing identifier, in order of first appearance.
-    pub fn of(missing: &[String]) -> Self {
+    /// From every missing identifier, in order of first appearance, for requests of at
+    /// most `max_input_tokens`: the list takes no more than an eighth of them in
+    /// characters (about a sixteenth in tokens), so that it never crowds out the
+    /// transcript, whatever `LLM_MAX_INPUT_TOKENS` is.
+    pub fn of(missing: &[String], max_input_tokens: usize) -> Self {
+        let max_chars = MAX_LISTED_CHARS.min(max_input_tokens / 8);
         let mut listed = Vec::new();
         let mut chars = 0;
         for fact in missing {
@@ -256,7 +262,7 @@ impl MissingFacts {
             if n > MAX_LISTED_FACT_CHARS {
                 continue;
             }
-            if chars + n > MAX_LISTED_CHARS {
+            if chars + n > max_chars {
                 break;
             }
             chars += n;
@@ -627,7 +633,7 @@ mod tests {
     #[test]
     fn a_second_attempt_lists_the_first_missing_identifiers_within_the_caps() {
         let missing: Vec<String> = (0..500).map(|n| format!("host-{n}")).collect();
-        let facts = MissingFacts::of(&missing);
+        let facts = MissingFacts::of(&missing, 100_000);
         assert_eq!(facts.listed.len(), MAX_LISTED_FACTS);
         assert_eq!(facts.listed[..2], ["host-0", "host-1"]);
         assert_eq!(facts.unlisted, 300);
@@ -638,7 +644,7 @@ mod tests {
         let long = "x".repeat(MAX_LISTED_FACT_CHARS);
         let mut missing = vec!["E1234".to_owned(), blob];
         missing.extend(std::iter::repeat_n(long, 100));
-        let facts = MissingFacts::of(&missing);
+        let facts = MissingFacts::of(&missing, 100_000);
         assert_eq!(facts.listed[0], "E1234");
         assert_eq!(
             facts.listed.len(),
@@ -653,7 +659,11 @@ mod tests {
         let chars: usize = facts.listed.iter().map(|f| f.chars().count()).sum();
         assert!(chars <= MAX_LISTED_CHARS, "{chars}");
 
-        assert_eq!(MissingFacts::of(&[]), MissingFacts::default());
+        // A small budget lists fewer: an eighth of it in characters.
+        let facts = MissingFacts::of(&missing, 5_024);
+        assert_eq!(facts.listed.len(), 1 + (628 - 5) / MAX_LISTED_FACT_CHARS);
+
+        assert_eq!(MissingFacts::of(&[], 100_000), MissingFacts::default());
     }
 
     #[test]

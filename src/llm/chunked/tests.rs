@@ -293,3 +293,24 @@ async fn in_chunks_only_the_last_request_lists_them_and_every_request_fits() {
     assert_eq!(listing, (0..=last).map(|i| i == last).collect::<Vec<_>>());
     assert!(requests.iter().all(|r| size(r) <= 2_000));
 }
+
+#[tokio::test]
+async fn a_long_list_of_missing_identifiers_is_cut_to_leave_a_small_budget_its_room() {
+    let (fake, requests) = Fake::new(2_000);
+    let old = history(60, 600);
+    let missing: Vec<String> = (0..200)
+        .map(|n| format!("checkout-api-7d9f8c-{n:04}.prod.eu-west-1.internal"))
+        .collect();
+
+    summarizer(fake, 2_000)
+        .summarize_keeping(&[], &old, None, &missing)
+        .expect("an LLM can do better")
+        .await
+        .expect("the list leaves the transcript room");
+
+    let requests = requests.lock().unwrap();
+    let last = &requests.last().unwrap().user;
+    assert!(last.contains(&format!("\n- {}\n", missing[0])), "{last}");
+    assert!(last.contains(" more not listed"), "{last}");
+    assert!(requests.iter().all(|r| size(r) <= 2_000));
+}
