@@ -105,6 +105,16 @@ impl Worker {
         mut first: Checked,
         retry_by: Instant,
     ) -> (Checked, Option<RetryOutcome>) {
+        if Instant::now() >= retry_by {
+            // A request that could only be cut short would be paid for and thrown away.
+            tracing::warn!(
+                "[{rid}] summarizer: the summary kept {} of {} identifiers, but no time is \
+                 left to ask once more; keeping it",
+                first.recall.kept,
+                first.recall.total
+            );
+            return (first, None);
+        }
         let Some(again) = self.summarizer.summarize_keeping(
             &plan.context,
             &plan.old,

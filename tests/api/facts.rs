@@ -353,6 +353,31 @@ async fn a_second_attempt_that_fails_leaves_the_first_summary_and_the_compaction
 }
 
 #[tokio::test]
+async fn no_second_attempt_starts_once_the_lease_is_three_quarters_gone() {
+    // The first answer comes 800 ms into a 1 s lease: a second attempt could only end
+    // after the lease, and another worker could take the session and the summary with it.
+    let app = spawn_app_with(&[RETRY, ("LEASE_DURATION_MS", "1000")]).await;
+    llm_answers_then(
+        &app,
+        completion(SUMMARY).set_delay(Duration::from_millis(800)),
+        Obliging,
+    )
+    .await;
+    app.append_turns("s", 5).await;
+
+    let reply = app.turn_starting("s").await;
+
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    assert_eq!(app.llm_requests().await, 1, "not asked again");
+    assert_eq!(written_summary(&app, "s").await, SUMMARY);
+    let metadata = &app.usage_events("s").await[0].4;
+    let recall = removed_facts(&app, "s").await.recall(SUMMARY);
+    assert!(recall.ratio() < 0.8, "{recall:?}");
+    assert_eq!(figures(metadata), recorded(&recall));
+    assert_eq!(metadata["fact_retry"], false);
+}
+
+#[tokio::test]
 async fn record_measures_with_one_request_and_off_records_nothing() {
     for mode in ["record", "off"] {
         let app = spawn_app_with(&[("SUMMARY_FACT_CHECK", mode)]).await;
