@@ -44,8 +44,8 @@ pub struct Policy {
     pub summary_max_chars: i64,
     /// `SUMMARY_FACT_CHECK` and `SUMMARY_MIN_FACT_RECALL`.
     pub fact_check: FactCheck,
-    /// `LLM_DEADLINE_MS`: a second attempt at a summary must end within it too, counted
-    /// from the first, so that both fit in the lease.
+    /// `LLM_DEADLINE_MS`: the fact check's second attempt at a summary must end within
+    /// it too, counted from the first's start (see `Worker::retry_deadline`).
     pub llm_deadline: Duration,
 }
 

@@ -160,8 +160,8 @@ impl Worker {
         self.metrics.fact_retried(outcome);
         if outcome != RetryOutcome::Failed {
             tracing::info!(
-                "[{rid}] summarizer: second attempt {}; the summary kept keeps {} of {total} \
-                 identifiers",
+                "[{rid}] summarizer: second attempt {}: writing the summary that keeps {} of \
+                 {total} identifiers",
                 outcome.as_str().replace('_', " "),
                 kept.recall.kept
             );
@@ -175,8 +175,8 @@ impl Worker {
         plan: &Plan,
         facts: &Arc<FactSet>,
         answered: Result<Summary, LlmError>,
-    ) -> Result<Checked, Failed> {
-        let summary = answered.map_err(|e| Failed {
+    ) -> Result<Checked, FailedAttempt> {
+        let summary = answered.map_err(|e| FailedAttempt {
             why: e.to_string(),
             answer: None,
         })?;
@@ -188,7 +188,7 @@ impl Worker {
         let text = match checked {
             Ok(text) => text,
             Err(rejected) => {
-                return Err(Failed {
+                return Err(FailedAttempt {
                     why: rejected.to_string(),
                     answer: Some(summary),
                 });
@@ -200,7 +200,7 @@ impl Worker {
                 text,
                 recall,
             }),
-            None => Err(Failed {
+            None => Err(FailedAttempt {
                 why: "the fact check was cancelled at shutdown".to_owned(),
                 answer: Some(summary),
             }),
@@ -209,7 +209,7 @@ impl Worker {
 }
 
 /// A second attempt that came to nothing: why, and its answer when one came.
-struct Failed {
+struct FailedAttempt {
     why: String,
     answer: Option<Summary>,
 }
