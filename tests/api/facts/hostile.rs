@@ -34,7 +34,7 @@ fn distinct_log_lines(bytes: usize) -> String {
 /// A hostile old part: a 5 MB tool output of more than 100,000 distinct identifiers,
 /// with the check in `retry` mode. The worker runs on this test's one runtime thread,
 /// so anything it did there for long would hold up a ticker beside it: extracting the
-/// facts takes seconds in a debug build, measuring a summary against them about one.
+/// facts takes about 3 s in a debug build.
 #[tokio::test]
 async fn a_5_mb_old_part_of_100k_identifiers_is_checked_without_holding_an_async_thread() {
     let app = spawn_app_with(&[
