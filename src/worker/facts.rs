@@ -221,8 +221,11 @@ struct FailedAttempt {
 const RECALL_OFF_THREAD_FACTS: usize = 2_000;
 
 /// How much of `facts` `text` keeps; `None` only when the runtime is shutting down.
+/// The summary's own facts are extracted too, so a long one (`SUMMARY_MAX_CHARS` may be
+/// set high) goes to the blocking pool as well.
 async fn recall(facts: &Arc<FactSet>, text: &str) -> Option<Recall> {
-    if facts.len() <= RECALL_OFF_THREAD_FACTS {
+    let small = text.len() as i64 <= OFF_THREAD_CHARS;
+    if small && facts.len() <= RECALL_OFF_THREAD_FACTS {
         return Some(facts.recall(text));
     }
     let (facts, text) = (Arc::clone(facts), text.to_owned());
