@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::config::{Limits, Provider, Settings};
+use crate::config::{FactCheck, Limits, Provider, Settings};
 use crate::llm::{self, Summarizer};
 use crate::metrics::Metrics;
 use corpus::Scenario;
@@ -96,7 +96,17 @@ pub async fn run(settings: Settings, args: EvalArgs) -> anyhow::Result<()> {
     let mut reports = Vec::new();
     for (name, summarizer) in &summarizers {
         for setting in SETTINGS {
-            reports.push(evaluate(name, summarizer.as_ref(), &corpus, setting, max_chars).await);
+            reports.push(
+                evaluate(
+                    name,
+                    summarizer.as_ref(),
+                    &corpus,
+                    setting,
+                    max_chars,
+                    settings.fact_check,
+                )
+                .await,
+            );
         }
     }
     if args.json {
@@ -119,6 +129,7 @@ pub async fn evaluate(
     corpus: &[Scenario],
     setting: Setting,
     max_chars: i64,
+    fact_check: FactCheck,
 ) -> Report {
     let limits = Limits {
         threshold_chars: setting.threshold_chars,
@@ -126,7 +137,7 @@ pub async fn evaluate(
     };
     let mut scenarios = Vec::new();
     for scenario in corpus {
-        let played = play::play(scenario, summarizer, limits, max_chars).await;
+        let played = play::play(scenario, summarizer, limits, max_chars, fact_check).await;
         scenarios.push(ScenarioReport::new(scenario, played));
     }
     let all = Figures::pooled(scenarios.iter().map(|s| &s.figures));
@@ -152,6 +163,8 @@ pub struct ScenarioReport {
     pub name: String,
     pub compactions: usize,
     pub failures: Vec<String>,
+    /// Second attempts the fact check asked for.
+    pub fact_retries: usize,
     pub figures: Figures,
     /// After each compaction, the planted facts compacted that the agent lacks.
     pub missing: Vec<Vec<String>>,
@@ -206,6 +219,7 @@ impl ScenarioReport {
                 .map(|c| c.missing.clone())
                 .collect(),
             compactions: played.compactions.len(),
+            fact_retries: played.fact_retries,
             failures: played.failures,
             figures,
         }
@@ -368,6 +382,7 @@ mod tests {
             &corpus,
             SETTINGS[0],
             6_000,
+            FactCheck::default(),
         )
         .await;
         let all = &report.all;

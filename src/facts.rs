@@ -140,9 +140,13 @@ impl FactSet {
     /// How many of these facts `summary` carries, and which it lacks.
     pub fn recall(&self, summary: &str) -> Recall {
         let in_summary = FactSet::of_text(summary);
+        let grams = Grams::of(summary);
+        let kept = |text: &str| {
+            in_summary.contains(text) || (grams.may_hold(text) && contains_word(summary, text))
+        };
         let missing: Vec<String> = self
             .iter()
-            .filter(|(_, text)| !in_summary.contains(text) && !contains_word(summary, text))
+            .filter(|(_, text)| !kept(text))
             .map(|(_, text)| text.to_owned())
             .collect();
         Recall {
@@ -150,6 +154,40 @@ impl FactSet {
             kept: self.len() - missing.len(),
             missing,
         }
+    }
+}
+
+/// The 4-byte windows of a text, hashed into a 64 Kibit set: a prefilter for
+/// [`contains_word`]. A needle with a window the text lacks cannot occur in it, which a few
+/// lookups tell, where a search reads the whole text: against a full summary, 160,000
+/// facts of a 5 MB log dump took 300 ms searched one by one. A hash collision only lets
+/// a needle through to the search, so the answer is exactly the search's.
+struct Grams(Vec<u64>);
+
+impl Grams {
+    const BITS: u32 = 16;
+
+    fn of(text: &str) -> Self {
+        let mut bits = vec![0u64; (1 << Self::BITS) / 64];
+        for window in text.as_bytes().windows(4) {
+            let i = Self::index(window);
+            bits[i / 64] |= 1 << (i % 64);
+        }
+        Self(bits)
+    }
+
+    fn index(window: &[u8]) -> usize {
+        let gram = u32::from_le_bytes([window[0], window[1], window[2], window[3]]);
+        // Fibonacci hashing: the top bits of a multiplication by 2^32 / phi.
+        (gram.wrapping_mul(0x9E37_79B9) >> (32 - Self::BITS)) as usize
+    }
+
+    /// False only when `needle` cannot occur in the text.
+    fn may_hold(&self, needle: &str) -> bool {
+        needle.as_bytes().windows(4).all(|window| {
+            let i = Self::index(window);
+            self.0[i / 64] & (1 << (i % 64)) != 0
+        })
     }
 }
 

@@ -12,7 +12,8 @@
 //! - [`planner`]: which oldest messages a compaction replaces; [`overrides`]: the limits
 //!   one event runs with (request, then session, then configuration, clamped).
 //! - [`summary`]: the seed's summary template and the check every summary passes;
-//!   [`facts`]: the identifiers a summary must keep, and how many it did.
+//!   [`facts`]: the identifiers a summary must keep, and its recall of them;
+//!   [`fact_check`]: what is done about a summary that lost some.
 //! - [`outcome`]: what happened to an event: the vocabulary of replies, logs and tests;
 //!   [`protocol`]: the wire request and reply, with validation. Both come from the
 //!   `summarizer-client` crate, which agents embed, so the two sides share one contract.
@@ -42,6 +43,7 @@ pub mod client;
 pub mod config;
 pub mod demo;
 pub mod eval;
+pub mod fact_check;
 pub mod facts;
 pub mod health;
 pub mod http;

@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::fact_check::RetryOutcome;
 use crate::outcome::Outcome;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -25,6 +26,15 @@ struct CauseLabels {
     cause: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// Recall is a fraction, and what matters is near the top: did a summary keep 80%, 90%,
+/// all of the facts.
+const RECALL_BUCKETS: [f64; 9] = [0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0];
+
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
@@ -34,6 +44,8 @@ pub struct Metrics {
     llm_retries: Counter,
     llm_failures: Family<CauseLabels, Counter>,
     chars_compacted: Counter,
+    fact_recall: Histogram,
+    fact_retries: Family<OutcomeLabels, Counter>,
     in_flight: Gauge,
     lease_conflicts: Counter,
     pool_connections: Gauge,
@@ -57,6 +69,8 @@ impl Metrics {
         let llm_retries = Counter::default();
         let llm_failures = Family::<CauseLabels, Counter>::default();
         let chars_compacted = Counter::default();
+        let fact_recall = Histogram::new(RECALL_BUCKETS);
+        let fact_retries = Family::<OutcomeLabels, Counter>::default();
         let in_flight: Gauge = Gauge::default();
         let limit: Gauge = Gauge::default();
         limit.set(i64::try_from(concurrency).unwrap_or(i64::MAX));
@@ -95,6 +109,16 @@ impl Metrics {
             chars_compacted.clone(),
         );
         r.register(
+            "fact_recall",
+            "Share of the removed part's identifiers each written summary kept",
+            fact_recall.clone(),
+        );
+        r.register(
+            "fact_retries",
+            "Second attempts at a summary that lost identifiers, by outcome",
+            fact_retries.clone(),
+        );
+        r.register(
             "events_in_flight",
             "Events being processed now",
             in_flight.clone(),
@@ -127,6 +151,8 @@ impl Metrics {
             llm_retries,
             llm_failures,
             chars_compacted,
+            fact_recall,
+            fact_retries,
             in_flight,
             lease_conflicts,
             pool_connections,
@@ -170,6 +196,20 @@ impl Metrics {
     pub fn llm_failed(&self, cause: &'static str) {
         self.llm_failures
             .get_or_create(&CauseLabels { cause })
+            .inc();
+    }
+
+    /// The recall of a written summary whose old part had facts.
+    pub fn fact_recall(&self, ratio: f64) {
+        self.fact_recall.observe(ratio);
+    }
+
+    /// Counts a second attempt at a summary that lost identifiers, by how it went.
+    pub fn fact_retried(&self, outcome: RetryOutcome) {
+        self.fact_retries
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.as_str(),
+            })
             .inc();
     }
 

@@ -4,8 +4,8 @@
 //! The order is chosen so the common case is cheap and nothing is held across the LLM
 //! call: read the counters and the session's settings (one primary-key read), work out
 //! the event's limits (request, then session, then configuration: [`crate::overrides`]),
-//! take the lease, load and plan, summarize with no connection held, then commit in one
-//! fenced transaction.
+//! take the lease, load and plan, summarize with no connection held, check the summary's
+//! facts (`facts`: perhaps asking once more), then commit in one fenced transaction.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::config::{Bounds, Limits};
+use crate::config::{Bounds, FactCheck, Limits};
 use crate::llm::{Summarizer, Summary, tokens};
 use crate::message::{Message, Role, char_count};
 use crate::metrics::Metrics;
@@ -26,6 +26,8 @@ use crate::overrides::{self, Overrides};
 use crate::planner;
 use crate::store::{CommitError, CounterReader, Loaded, NewSummary, PgStore, StoreError};
 use crate::summary;
+
+mod facts;
 
 /// What a worker needs to know of the settings.
 #[derive(Clone, Copy, Debug)]
@@ -40,6 +42,11 @@ pub struct Policy {
     pub failure_backoff_max: Duration,
     /// `SUMMARY_MAX_CHARS`: a longer summary is refused.
     pub summary_max_chars: i64,
+    /// `SUMMARY_FACT_CHECK` and `SUMMARY_MIN_FACT_RECALL`.
+    pub fact_check: FactCheck,
+    /// `LLM_DEADLINE_MS`: the fact check's second attempt at a summary must end within
+    /// it too, counted from the first's start (see `Worker::retry_deadline`).
+    pub llm_deadline: Duration,
 }
 
 /// A validated event.
@@ -323,7 +330,7 @@ impl Worker {
         };
         let counted = loaded.counted();
         let keep_chars = job.limits.keep_chars;
-        let outcome = self.compact(event, owner, loaded, job).await;
+        let outcome = self.compact(event, owner, loaded, job, started).await;
         // The commit released the lease on success; otherwise it would block the session
         // until it expires. An LLM failure also starts the session's backoff.
         let released = match &outcome {
@@ -355,8 +362,16 @@ impl Worker {
         outcome
     }
 
-    /// Plans, summarizes and commits the loaded history, holding the lease.
-    async fn compact(&self, event: &Event, owner: &str, loaded: Loaded, job: Job) -> Outcome {
+    /// Plans, summarizes and commits the loaded history, holding the lease taken at
+    /// `leased` (or just after).
+    async fn compact(
+        &self,
+        event: &Event,
+        owner: &str,
+        loaded: Loaded,
+        job: Job,
+        leased: Instant,
+    ) -> Outcome {
         let started = Instant::now();
         let rid = &event.request_id;
         crate::llm::tokens::ensure_loaded().await;
@@ -374,10 +389,16 @@ impl Worker {
             plan.chars_removed,
             plan.messages_kept
         );
+        // Extracting a large old part's facts overlaps the summarizer's call.
+        let facts = self.extract_facts(&plan);
+        let retry_by = self.retry_deadline(Instant::now(), leased);
         let (summary, text) = match self.summarize_and_check(rid, &plan).await {
             Ok(summarized) => summarized,
             Err(failed) => return failed,
         };
+        let (summary, text, figures) = self
+            .check_facts(rid, &plan, facts, (summary, text), retry_by)
+            .await;
         let new = NewSummary {
             session_id: &event.session_id,
             lease_owner: owner,
@@ -395,6 +416,7 @@ impl Worker {
             messages_kept: plan.messages_kept,
             tokens_removed: plan.tokens_removed,
             summary_tokens: i64::try_from(tokens::count(&text)).unwrap_or(i64::MAX),
+            facts: figures,
             request_id: rid,
             duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
         };
@@ -403,6 +425,7 @@ impl Worker {
 
     /// Asks the summarizer for the old part's summary and checks it against the
     /// template. `Err` is the `failed/llm_error` outcome, already logged and counted.
+    /// (The fact check comes after: see `Worker::check_facts`.)
     async fn summarize_and_check(
         &self,
         rid: &str,
@@ -430,6 +453,17 @@ impl Worker {
         }
     }
 
+    /// When a second attempt at the summary (the fact check's) must have ended, for a
+    /// summarization that starts `now` under a lease taken at `leased`: within
+    /// `LLM_DEADLINE_MS` of the first attempt's start, as one summarization, and with a
+    /// quarter of the lease left for the commit, so that asking again can never cost the
+    /// lease and with it the first summary (`LEASE_DURATION_MS` may be set below the
+    /// deadline; that is only warned about).
+    fn retry_deadline(&self, now: Instant, leased: Instant) -> Instant {
+        let lease = self.policy.lease_duration;
+        (now + self.policy.llm_deadline).min(leased + (lease - lease / 4))
+    }
+
     /// Writes the summary in one fenced transaction; a lost lease or a changed prefix
     /// writes nothing and is answered `skipped/conflict`.
     async fn commit(
@@ -454,6 +488,10 @@ impl Worker {
                 return Outcome::Skipped(Reason::Conflict);
             }
         };
+        if let Some(facts) = new.facts.filter(|f| f.total > 0) {
+            self.metrics
+                .fact_recall(facts.kept as f64 / facts.total as f64);
+        }
         let summary_chars = char_count(new.text);
         tracing::info!(
             "[{rid}] summarizer done: -{chars_removed} chars, summary {summary_chars} chars, {}ms",
@@ -472,8 +510,9 @@ impl Worker {
 /// A planned compaction, with what the log line, the summarizer and the commit need.
 #[derive(Debug)]
 struct Plan {
-    /// The messages the summary replaces, oldest first.
-    old: Vec<Message>,
+    /// The messages the summary replaces, oldest first; shared with the fact check's
+    /// work on the blocking pool.
+    old: Arc<[Message]>,
     /// The system messages before the cut, which stay: the summarizer's context.
     context: Vec<Message>,
     session_chars: i64,
@@ -544,7 +583,7 @@ fn plan(loaded: Loaded, limits: Limits) -> Result<Plan, Reason> {
             .collect(),
         removed_seqs,
         removed_chars,
-        old: take_removed(messages, &split.removed),
+        old: take_removed(messages, &split.removed).into(),
         model: None,
     })
 }

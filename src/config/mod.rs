@@ -29,7 +29,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 pub use secret::{REDACTED, Secret, redact_url, url_credentials, url_secrets};
-pub use sections::{Bounds, FallbackMode, Limits, LlmSettings, NatsAuth, Provider};
+pub use sections::{
+    Bounds, FactCheck, FactCheckMode, FallbackMode, Limits, LlmSettings, NatsAuth, Provider,
+};
 pub use table::{Kind, SETTINGS, Setting};
 
 use sections::{Database, Fleet, Nats};
@@ -96,6 +98,8 @@ pub struct Settings {
     /// `None` when `HTTP_ADDR` is empty: no HTTP listener.
     pub http_addr: Option<SocketAddr>,
     pub llm: LlmSettings,
+    /// `SUMMARY_FACT_CHECK` and `SUMMARY_MIN_FACT_RECALL`.
+    pub fact_check: FactCheck,
     /// How long a session lease lasts before another worker may take it over.
     pub lease_duration: Duration,
     /// After an LLM failure a session waits this long before it is summarized again,
@@ -131,7 +135,7 @@ impl Settings {
             (Limits::read(&raw)?, Bounds::read(&raw)?),
             Database::read(&raw)?,
             Nats::read(&raw)?,
-            LlmSettings::read(&raw)?,
+            (LlmSettings::read(&raw)?, FactCheck::read(&raw)?),
             Fleet::read(&raw)?,
         );
         settings.check_rules()?;
@@ -143,7 +147,7 @@ impl Settings {
         (limits, bounds): (Limits, Bounds),
         database: Database,
         nats: Nats,
-        llm: LlmSettings,
+        (llm, fact_check): (LlmSettings, FactCheck),
         fleet: Fleet,
     ) -> Self {
         Self {
@@ -160,6 +164,7 @@ impl Settings {
             concurrency: fleet.concurrency,
             http_addr: fleet.http_addr,
             llm,
+            fact_check,
             lease_duration: fleet.lease_duration,
             failure_backoff: fleet.failure_backoff,
             failure_backoff_max: fleet.failure_backoff_max,

@@ -328,6 +328,79 @@ fn read_prompt(path: &Path) -> Result<Prompt, ConfigError> {
     Prompt::from_file_text(text).map_err(|e| invalid(format!("{}: {e}", path.display())))
 }
 
+/// `SUMMARY_FACT_CHECK`: what is done with each summary's recall of the identifiers it
+/// replaces (see [`crate::fact_check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FactCheckMode {
+    /// Nothing is measured; usage events carry no `facts_*` figures.
+    Off,
+    /// Measured and recorded in the usage event, never acted on.
+    Record,
+    /// Recorded, and an LLM summary below `SUMMARY_MIN_FACT_RECALL` is asked for once
+    /// more, with the identifiers it lacks listed.
+    Retry,
+}
+
+impl FactCheckMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Record => "record",
+            Self::Retry => "retry",
+        }
+    }
+}
+
+impl FromStr for FactCheckMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "off" => Ok(Self::Off),
+            "record" => Ok(Self::Record),
+            "retry" => Ok(Self::Retry),
+            other => Err(format!(
+                "unknown fact check {other:?}; expected \"off\", \"record\" or \"retry\""
+            )),
+        }
+    }
+}
+
+/// The fact check's settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FactCheck {
+    pub mode: FactCheckMode,
+    /// A fraction in [0, 1]: below it, `retry` asks once more.
+    pub min_recall: f64,
+}
+
+impl Default for FactCheck {
+    /// The defaults of the settings table.
+    fn default() -> Self {
+        Self {
+            mode: FactCheckMode::Retry,
+            min_recall: 0.8,
+        }
+    }
+}
+
+impl FactCheck {
+    pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        let min_recall: f64 = raw.parse(&SUMMARY_MIN_FACT_RECALL)?;
+        // `f64` parses "NaN" and "inf" too; neither is a fraction.
+        if !(0.0..=1.0).contains(&min_recall) {
+            return Err(ConfigError::invalid(
+                SUMMARY_MIN_FACT_RECALL.name,
+                format!("must be a fraction from 0 to 1 (0.8 is 80%), got {min_recall}"),
+            ));
+        }
+        Ok(Self {
+            mode: raw.parse(&SUMMARY_FACT_CHECK)?,
+            min_recall,
+        })
+    }
+}
+
 /// The worker process: concurrency, leases, backoff, shutdown, HTTP and logs.
 #[derive(Clone, Debug)]
 pub(super) struct Fleet {

@@ -316,6 +316,20 @@ pub const SUMMARY_MAX_CHARS: Setting = setting(
     Plain,
     |s| s.llm.summary_max_chars.to_string(),
 );
+pub const SUMMARY_FACT_CHECK: Setting = setting(
+    "SUMMARY_FACT_CHECK",
+    "retry",
+    "off, record (each summary's recall of the removed identifiers) or retry (record, and ask an LLM once more below the minimum)",
+    Plain,
+    |s| s.fact_check.mode.as_str().to_owned(),
+);
+pub const SUMMARY_MIN_FACT_RECALL: Setting = setting(
+    "SUMMARY_MIN_FACT_RECALL",
+    "0.8",
+    "a fraction from 0 to 1: an LLM summary keeping fewer of the identifiers is asked for once more (retry)",
+    Plain,
+    |s| s.fact_check.min_recall.to_string(),
+);
 pub const LEASE_DURATION_MS: Setting = setting(
     "LEASE_DURATION_MS",
     "120000",
@@ -394,6 +408,8 @@ pub const SETTINGS: &[Setting] = &[
     SUMMARY_PROMPT_FILE,
     LLM_MAX_INPUT_TOKENS,
     SUMMARY_MAX_CHARS,
+    SUMMARY_FACT_CHECK,
+    SUMMARY_MIN_FACT_RECALL,
     LEASE_DURATION_MS,
     FAILURE_BACKOFF_MS,
     FAILURE_BACKOFF_MAX_MS,

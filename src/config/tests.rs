@@ -341,3 +341,60 @@ fn token_budgets_default_to_the_default_models_context_and_must_leave_room() {
     assert_eq!(s.llm.summary_max_tokens(), 334);
     assert!(load(&[("SUMMARY_MAX_CHARS", "0")]).is_err());
 }
+
+#[test]
+fn the_fact_check_defaults_to_retry_below_eighty_percent() {
+    let s = load(&[]).unwrap();
+    assert_eq!(s.fact_check, FactCheck::default());
+    assert_eq!(
+        (s.fact_check.mode, s.fact_check.min_recall),
+        (FactCheckMode::Retry, 0.8)
+    );
+    let line = s.redacted();
+    assert!(line.contains("summary_fact_check=retry"), "{line}");
+    assert!(line.contains("summary_min_fact_recall=0.8"), "{line}");
+    let s = load(&[
+        ("SUMMARY_FACT_CHECK", " Record "),
+        ("SUMMARY_MIN_FACT_RECALL", "1"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (s.fact_check.mode, s.fact_check.min_recall),
+        (FactCheckMode::Record, 1.0)
+    );
+    let s = load(&[
+        ("SUMMARY_FACT_CHECK", "off"),
+        ("SUMMARY_MIN_FACT_RECALL", "0"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (s.fact_check.mode, s.fact_check.min_recall),
+        (FactCheckMode::Off, 0.0)
+    );
+}
+
+#[test]
+fn a_fact_check_mode_or_minimum_recall_out_of_range_is_refused_naming_its_setting() {
+    for mode in ["", "on", "true", "retry twice"] {
+        let err = load(&[("SUMMARY_FACT_CHECK", mode)]).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("expected \"off\", \"record\" or \"retry\""),
+            "{mode:?}: {message}"
+        );
+        assert_eq!(setting_of(err), "SUMMARY_FACT_CHECK", "{mode:?}");
+    }
+    for recall in ["1.5", "-0.1", "80", "NaN", "inf", "80%", "", "most"] {
+        let err = load(&[("SUMMARY_MIN_FACT_RECALL", recall)]).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.starts_with("SUMMARY_MIN_FACT_RECALL: "),
+            "{recall:?}: {message}"
+        );
+        assert_eq!(setting_of(err), "SUMMARY_MIN_FACT_RECALL", "{recall:?}");
+    }
+    let message = load(&[("SUMMARY_MIN_FACT_RECALL", "80")])
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("a fraction from 0 to 1"), "{message}");
+}

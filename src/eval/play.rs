@@ -12,8 +12,9 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::corpus::Scenario;
-use crate::config::Limits;
-use crate::facts::contains_word;
+use crate::config::{FactCheck, Limits};
+use crate::fact_check::{self, Checked};
+use crate::facts::{FactSet, contains_word};
 use crate::llm::Summarizer;
 use crate::message::{Message, Role, char_count};
 use crate::{planner, summary};
@@ -41,15 +42,19 @@ pub struct Play {
     /// Compactions whose summary the summarizer or the check refused: the session stays
     /// as it was, as the worker leaves it.
     pub failures: Vec<String>,
+    /// Second attempts the fact check asked for (an LLM's, in `retry` mode).
+    pub fact_retries: usize,
 }
 
 /// Plays `scenario` with `summarizer` at `limits`, summaries checked against
-/// `max_chars` (`SUMMARY_MAX_CHARS`).
+/// `max_chars` (`SUMMARY_MAX_CHARS`) and, as the worker does, asked once more under
+/// `fact_check` when they lost too many facts.
 pub async fn play(
     scenario: &Scenario,
     summarizer: &dyn Summarizer,
     limits: Limits,
     max_chars: i64,
+    fact_check: FactCheck,
 ) -> Play {
     let facts: Vec<(usize, &str)> = (scenario.phases.iter().enumerate())
         .flat_map(|(i, phase)| phase.facts.iter().map(move |f| (i, f.as_str())))
@@ -68,11 +73,17 @@ pub async fn play(
                 .collect();
             let removed_chars = split.chars_removed(&session);
             let started = Instant::now();
-            let summarized = summarizer.summarize_in_context(&context, &old, None).await;
+            let checked = summarize(
+                summarizer,
+                &context,
+                &old,
+                removed_chars,
+                max_chars,
+                fact_check,
+                &mut play,
+            )
+            .await;
             let millis = started.elapsed().as_secs_f64() * 1000.0;
-            let checked = summarized.map_err(|e| e.to_string()).and_then(|s| {
-                summary::check(&s.text, removed_chars, max_chars).map_err(|e| e.to_string())
-            });
             match checked {
                 Err(e) => play.failures.push(e),
                 Ok(text) => {
@@ -106,6 +117,56 @@ pub async fn play(
         session.push(played.message.clone());
     }
     play
+}
+
+/// The summary the worker would write: the first that passes the template check, or a
+/// second attempt that keeps more facts when the first kept too few.
+async fn summarize(
+    summarizer: &dyn Summarizer,
+    context: &[Message],
+    old: &[Message],
+    removed_chars: i64,
+    max_chars: i64,
+    fact_check: FactCheck,
+    play: &mut Play,
+) -> Result<String, String> {
+    let check = |summary: crate::llm::Summary| {
+        summary::check(&summary.text, removed_chars, max_chars)
+            .map(|text| (summary, text))
+            .map_err(|e| e.to_string())
+    };
+    let (summary, text) = summarizer
+        .summarize_in_context(context, old, None)
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(check)?;
+    let facts = FactSet::of_messages(old);
+    let recall = facts.recall(&text);
+    if !fact_check::worth_retrying(fact_check, &recall) {
+        return Ok(text);
+    }
+    let missing = recall.missing.clone();
+    let Some(again) = summarizer.summarize_keeping(context, old, None, &missing) else {
+        return Ok(text);
+    };
+    play.fact_retries += 1;
+    let first = Checked {
+        summary,
+        text,
+        recall,
+    };
+    match again.await.map_err(|e| e.to_string()).and_then(check) {
+        Ok((summary, text)) => {
+            let recall = facts.recall(&text);
+            let second = Checked {
+                summary,
+                text,
+                recall,
+            };
+            Ok(fact_check::better(first, second).0.text)
+        }
+        Err(_) => Ok(first.text),
+    }
 }
 
 /// Fills in what the agent knows of the compacted facts, given its context now.

@@ -307,7 +307,57 @@ fn identifier() -> impl Strategy<Value = (Kind, String)> {
     ]
 }
 
+/// [`FactSet::recall`] as it reads without its prefilter.
+fn recall_by_search(facts: &FactSet, summary: &str) -> Vec<String> {
+    let in_summary = FactSet::of_text(summary);
+    facts
+        .iter()
+        .filter(|(_, text)| !in_summary.contains(text) && !contains_word(summary, text))
+        .map(|(_, text)| text.to_owned())
+        .collect()
+}
+
+#[test]
+fn recall_against_a_large_part_is_exactly_what_a_search_finds() {
+    let dump: String = (0..50_000)
+        .map(|n| {
+            format!(
+                "2026-03-01T10:00:00Z host-{n}.internal req-{:08x} failed\n",
+                n * 7919
+            )
+        })
+        .collect();
+    let facts = FactSet::of_text(&dump);
+    let summary: String = (0..300)
+        .map(|n| format!("- host-{n}.internal failed, req-{:08x}\n", n * 7919))
+        .collect();
+
+    let recall = facts.recall(&summary);
+
+    assert_eq!(recall.missing, recall_by_search(&facts, &summary));
+    assert!(recall.kept >= 600, "{} of {}", recall.kept, recall.total);
+}
+
 proptest! {
+    /// The prefilter never changes an answer: a fact is kept exactly when a search of
+    /// the summary finds it.
+    #[test]
+    fn recall_keeps_exactly_what_a_search_finds(
+        ids in prop::collection::vec(identifier(), 1..20),
+        kept in prop::collection::vec(any::<bool>(), 20),
+        noise in "\\PC{0,60}",
+    ) {
+        let part: String = ids.iter().map(|(_, id)| format!("saw {id} then\n")).collect();
+        let facts = FactSet::of_text(&part);
+        let mut summary = noise;
+        for ((_, id), keep) in ids.iter().zip(&kept) {
+            if *keep {
+                summary.push_str(&format!(" {id}, "));
+            }
+        }
+        prop_assert_eq!(facts.recall(&summary).missing, recall_by_search(&facts, &summary));
+    }
+
     /// An identifier that appears verbatim in the input is found, whatever is around it:
     /// as a fact of its own, or within one that takes its unit along (`100 s`).
     #[test]

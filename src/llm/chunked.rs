@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::chat::{Chat, ChatRequest};
 use super::chunks;
-use super::prompt::{Prompt, Transcript};
+use super::prompt::{MissingFacts, Prompt, Transcript};
 use super::{LlmError, Summarizer, Summary, tokens};
 use crate::config::LlmSettings;
 use crate::message::Message;
@@ -89,11 +89,14 @@ impl LlmSummarizer {
         }
     }
 
+    /// The summary of `old`; with `missing`, a second attempt whose last request lists
+    /// the identifiers a first summary left out.
     async fn summarize_all(
         &self,
         context: &[Message],
         old: &[Message],
         model: Option<&str>,
+        missing: Option<MissingFacts>,
     ) -> Result<Summary, LlmError> {
         let deadline = Instant::now() + self.deadline;
         let large = old.iter().map(|m| m.content.len()).sum::<usize>() > OFF_THREAD_CHARS;
@@ -102,7 +105,11 @@ impl LlmSummarizer {
             old.to_vec(),
             self.prompt.system().to_owned(),
         );
-        let rendered = Arc::new(cpu(large, move || Rendered::of(system, &context, &owned)).await?);
+        let rendered = cpu(large, move || {
+            Rendered::of(system, &context, &owned).with_missing(missing.as_ref())
+        })
+        .await?;
+        let rendered = Arc::new(rendered);
         let mut budget = self.max_input_tokens;
         let mut shrinks = 0;
         let mut next = 0;
@@ -175,7 +182,7 @@ impl LlmSummarizer {
 
 impl Summarizer for LlmSummarizer {
     fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_all(&[], old, None).boxed()
+        self.summarize_all(&[], old, None, None).boxed()
     }
 
     fn summarize_in_context<'a>(
@@ -184,7 +191,25 @@ impl Summarizer for LlmSummarizer {
         old: &'a [Message],
         model: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_all(context, old, model).boxed()
+        self.summarize_all(context, old, model, None).boxed()
+    }
+
+    /// The whole summarization again (a model told what it lost may write differently
+    /// from the first chunk on, and the first pass's running summaries are gone), with
+    /// the identifiers listed after the transcript of the last request, which writes the
+    /// summary.
+    fn summarize_keeping<'a>(
+        &'a self,
+        context: &'a [Message],
+        old: &'a [Message],
+        model: Option<&'a str>,
+        missing: &'a [String],
+    ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
+        let missing = MissingFacts::of(missing, self.max_input_tokens);
+        Some(
+            self.summarize_all(context, old, model, Some(missing))
+                .boxed(),
+        )
     }
 }
 
@@ -196,12 +221,7 @@ fn shrink(budget: usize) -> usize {
 /// The latest answer, with the token usage of every answer so far.
 fn merge_usage(before: Option<Summary>, mut latest: Summary) -> Summary {
     if let Some(before) = before {
-        let add = |a: Option<i64>, b: Option<i64>| match (a, b) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
-        };
-        latest.prompt_tokens = add(before.prompt_tokens, latest.prompt_tokens);
-        latest.completion_tokens = add(before.completion_tokens, latest.completion_tokens);
+        latest.add_usage(&before);
     }
     latest
 }
@@ -211,10 +231,14 @@ fn merge_usage(before: Option<Summary>, mut latest: Summary) -> Summary {
 struct Rendered {
     system: String,
     transcript: Transcript,
-    /// Tokens of the system prompt and the transcript's header.
+    /// Tokens of the system prompt, the transcript's header and the appendix.
     fixed_tokens: usize,
     pieces: Vec<String>,
     tokens: Vec<usize>,
+    /// What the last request adds after the transcript (a second attempt's list of
+    /// missing identifiers). Its room is kept in every request, which costs the earlier
+    /// chunks a little room and keeps the planning one pass.
+    appendix: Option<String>,
 }
 
 impl Rendered {
@@ -230,7 +254,18 @@ impl Rendered {
             fixed_tokens,
             pieces,
             tokens,
+            appendix: None,
         }
+    }
+
+    /// With the list of `missing` identifiers after the last request's transcript.
+    fn with_missing(mut self, missing: Option<&MissingFacts>) -> Self {
+        if let Some(missing) = missing {
+            let appendix = self.transcript.missing_facts(missing);
+            self.fixed_tokens += tokens::count(&appendix);
+            self.appendix = Some(appendix);
+        }
+        self
     }
 
     /// The request for the chunk starting at message `next`, within `budget` tokens with
@@ -288,9 +323,17 @@ impl Rendered {
                 transcript.push(piece.into());
             }
         }
+        let mut user = self.transcript.assemble(transcript);
+        if let Some(appendix) = self
+            .appendix
+            .as_deref()
+            .filter(|_| end == self.pieces.len())
+        {
+            user.push_str(appendix);
+        }
         let request = ChatRequest {
             system: self.system.clone(),
-            user: self.transcript.assemble(transcript),
+            user,
             max_tokens,
             model: None,
         };

@@ -78,6 +78,18 @@ impl Summarizer for Fallback {
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         self.summarize_with(context, old, model).boxed()
     }
+
+    /// The LLM's own second attempt, with no fallback: it is asked only when the LLM
+    /// wrote the first summary, which stays if this fails.
+    fn summarize_keeping<'a>(
+        &'a self,
+        context: &'a [Message],
+        old: &'a [Message],
+        model: Option<&'a str>,
+        missing: &'a [String],
+    ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
+        self.llm.summarize_keeping(context, old, model, missing)
+    }
 }
 
 #[cfg(test)]
@@ -143,6 +155,52 @@ mod tests {
         assert_eq!(summary.model, "extractive");
         let reason = summary.fallback_reason.unwrap();
         assert!(reason.contains("lacks the heading"), "{reason}");
+    }
+
+    /// An LLM whose second attempts fail.
+    struct FailsAgain;
+
+    impl Summarizer for FailsAgain {
+        fn summarize<'a>(
+            &'a self,
+            _old: &'a [Message],
+        ) -> BoxFuture<'a, Result<Summary, LlmError>> {
+            futures_util::future::ready(Err(LlmError::Invalid("unused".into()))).boxed()
+        }
+
+        fn summarize_keeping<'a>(
+            &'a self,
+            _context: &'a [Message],
+            _old: &'a [Message],
+            _model: Option<&'a str>,
+            missing: &'a [String],
+        ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
+            let error = LlmError::Invalid(format!("asked to keep {}", missing.join(", ")));
+            Some(futures_util::future::ready(Err(error)).boxed())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_second_attempt_is_the_llms_own_and_does_not_fall_back() {
+        let missing = ["orders-db".to_owned()];
+        let over_llm = Fallback::new(Box::new(FailsAgain), Arc::new(Metrics::default()), 6_000);
+
+        let again = over_llm
+            .summarize_keeping(&[], &old(), None, &missing)
+            .expect("the LLM can do better")
+            .await;
+
+        let error = again.expect_err("no extractive summary stands in");
+        assert_eq!(
+            error.to_string(),
+            "invalid response: asked to keep orders-db"
+        );
+        let unable = fallback(Err(|| LlmError::Invalid("down".into())));
+        assert!(
+            unable
+                .summarize_keeping(&[], &old(), None, &missing)
+                .is_none()
+        );
     }
 
     #[tokio::test]

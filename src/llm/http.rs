@@ -16,6 +16,13 @@ use crate::metrics::Metrics;
 /// Error bodies are quoted in logs and replies only up to this many characters.
 const BODY_EXCERPT_CHARS: usize = 300;
 
+/// No more of a response body is read. An answer is a summary of at most
+/// `SUMMARY_MAX_CHARS / 3` tokens (kilobytes) and an error body is quoted in part, so
+/// this is far above anything a working server sends; a server that sends more (a
+/// runaway generation, a broken proxy) must not have the worker hold it in memory, up
+/// to `WORKER_CONCURRENCY` times over.
+const MAX_BODY_BYTES: usize = 8 << 20;
+
 /// A longer `Retry-After` is read as this. It only has to be finite and above any
 /// sensible `LLM_RETRY_AFTER_CAP_MS`: the retry policy cuts the wait to the cap.
 const RETRY_AFTER_MAX: Duration = Duration::from_secs(24 * 60 * 60);
@@ -29,11 +36,13 @@ pub struct Answer {
     pub body: String,
 }
 
-/// Sends one attempt, headers and body within `timeout`.
+/// Sends one attempt, headers and body within `timeout`, reading at most
+/// [`MAX_BODY_BYTES`] of the body (an error body beyond that is cut, for its excerpt).
 ///
 /// # Errors
 /// [`LlmError::Transient`] when no answer came (connect error, timeout, a body cut off)
 /// or `timeout` is zero (the deadline has passed); the cause has the key scrubbed.
+/// [`LlmError::Invalid`] when a success's body is larger than [`MAX_BODY_BYTES`].
 pub async fn send(
     request: RequestBuilder,
     timeout: Duration,
@@ -47,14 +56,29 @@ pub async fn send(
         return Err(transient("deadline reached".to_owned()));
     }
     let failed = |e: reqwest::Error| transient(scrub(key, crate::error_chain(&e.without_url())));
-    let response = request.timeout(timeout).send().await.map_err(failed)?;
+    let mut response = request.timeout(timeout).send().await.map_err(failed)?;
     let status = response.status();
     let retry_after = retry_after(response.headers());
-    let body = response.text().await.map_err(failed)?;
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(failed)? {
+        let room = MAX_BODY_BYTES - body.len();
+        if chunk.len() > room {
+            if status.is_success() {
+                return Err(LlmError::Invalid(format!(
+                    "the response body is larger than {MAX_BODY_BYTES} bytes; no summary is \
+                     that long"
+                )));
+            }
+            body.extend_from_slice(&chunk[..room]);
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
     Ok(Answer {
         status,
         retry_after,
-        body,
+        body: String::from_utf8(body)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
     })
 }
 

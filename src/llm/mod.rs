@@ -52,6 +52,19 @@ pub struct Summary {
     pub fallback_reason: Option<String>,
 }
 
+impl Summary {
+    /// Adds `other`'s token usage to this one's: a summary that took several calls
+    /// (chunks, a second attempt) reports what all of them cost.
+    pub fn add_usage(&mut self, other: &Summary) {
+        let add = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        self.prompt_tokens = add(self.prompt_tokens, other.prompt_tokens);
+        self.completion_tokens = add(self.completion_tokens, other.completion_tokens);
+    }
+}
+
 /// Why no summary came back. Only [`LlmError::Transient`] is retried.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
@@ -120,6 +133,26 @@ pub trait Summarizer: Send + Sync {
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         let _ = (context, model);
         self.summarize(old)
+    }
+
+    /// A second attempt at [`Summarizer::summarize_in_context`], told which identifiers
+    /// of `old` a first summary left out (`missing`, in order of first appearance; the
+    /// summarizer lists as many as its request has room for).
+    ///
+    /// `None` when this summarizer cannot do better than it did: the default, right for
+    /// a deterministic one (the extractive summarizer would answer the same).
+    ///
+    /// # Errors
+    /// As [`Summarizer::summarize`]; the caller keeps the first summary.
+    fn summarize_keeping<'a>(
+        &'a self,
+        context: &'a [Message],
+        old: &'a [Message],
+        model: Option<&'a str>,
+        missing: &'a [String],
+    ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
+        let _ = (context, old, model, missing);
+        None
     }
 }
 

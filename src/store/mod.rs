@@ -18,6 +18,7 @@ use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Connection, PgPool, Row};
 
+use crate::fact_check::Figures;
 use crate::message::{Message, Role};
 use crate::outcome::Reason;
 use crate::overrides::SessionSettings;
@@ -196,6 +197,8 @@ pub struct NewSummary<'a> {
     /// The tokenizer's count of the removed part, and of the summary.
     pub tokens_removed: i64,
     pub summary_tokens: i64,
+    /// The fact check's figures; `None` when `SUMMARY_FACT_CHECK=off`.
+    pub facts: Option<Figures>,
     pub request_id: &'a str,
     /// Time since the lease was taken, for the duration histogram.
     pub duration_ms: i64,
@@ -506,6 +509,14 @@ impl PgStore {
         }
         if let Some(model) = summary.requested_model {
             metadata["requested_model"] = json!(model);
+        }
+        if let Some(facts) = &summary.facts {
+            metadata["facts_total"] = json!(facts.total);
+            metadata["facts_kept"] = json!(facts.kept);
+            metadata["fact_retry"] = json!(facts.retry.is_some());
+            if let Some(outcome) = facts.retry {
+                metadata["fact_retry_outcome"] = json!(outcome.as_str());
+            }
         }
         // One statement: the fence (which also locks the session row first, so appends,
         // whose trigger updates it, queue behind this transaction instead of deadlocking

@@ -39,6 +39,11 @@ pub struct Stats {
     pub failures_by_reason: BTreeMap<String, i64>,
     /// RFC 3339, UTC; `None` before the first summarization.
     pub last_summarization_at: Option<String>,
+    /// The mean, over summarizations whose removed part had identifiers, of the share of
+    /// them the summary kept (`facts_kept / facts_total`); restored ones included, as for
+    /// tokens. `None` before the first such summarization (and with
+    /// `SUMMARY_FACT_CHECK=off`, which records no figures).
+    pub mean_fact_recall: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -77,7 +82,7 @@ impl PgStore {
     pub async fn stats(&self, days: i32) -> Result<StatsReport, StoreError> {
         let totals = sqlx::query(
             "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
-                    total_tokens_compacted, prompt_tokens, completion_tokens,
+                    total_tokens_compacted, prompt_tokens, completion_tokens, mean_fact_recall,
                     to_char(last_summarization_at AT TIME ZONE 'UTC',
                             'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS last_summarization_at
              FROM summarization_stats",
@@ -143,6 +148,7 @@ impl PgStore {
                 p95_duration_ms: percentile(&buckets, 0.95),
                 failures_by_reason: failures,
                 last_summarization_at: totals.try_get("last_summarization_at")?,
+                mean_fact_recall: totals.try_get("mean_fact_recall")?,
             },
             daily,
         })
@@ -189,6 +195,12 @@ impl fmt::Display for StatsReport {
                 stats.total_tokens_compacted.to_string(),
             ),
             ("average_chars_removed", opt(stats.average_chars_removed)),
+            (
+                "mean_fact_recall",
+                stats
+                    .mean_fact_recall
+                    .map_or_else(|| "-".to_owned(), |v| format!("{v:.3}")),
+            ),
             ("p50_duration_ms", opt(stats.p50_duration_ms)),
             ("p95_duration_ms", opt(stats.p95_duration_ms)),
             ("prompt_tokens", stats.prompt_tokens.to_string()),

@@ -314,6 +314,21 @@ async fn every_kind_of_llm_misbehaviour_fails_open_with_nothing_written() {
             Some(ResponseTemplate::new(400).set_body_bytes(vec![0xff; 4 << 20])),
             "HTTP 400",
         ),
+        (
+            "an error body larger than the worker reads",
+            None,
+            Some(ResponseTemplate::new(400).set_body_bytes(vec![b'x'; 20 << 20])),
+            "HTTP 400: xxx",
+        ),
+        (
+            "a completion larger than the worker reads",
+            None,
+            Some(completion(&format!(
+                "{SUMMARY}\n{}",
+                "- a finding\n".repeat(2 << 20)
+            ))),
+            "larger than 8388608 bytes",
+        ),
     ];
     for (what, base_url, response, says) in cases {
         let mut overrides = fast.to_vec();

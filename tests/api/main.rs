@@ -10,6 +10,7 @@ mod check;
 mod client;
 mod compaction;
 mod concurrency;
+mod facts;
 mod fixtures;
 mod fleet;
 mod helpers;

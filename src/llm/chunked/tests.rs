@@ -224,3 +224,93 @@ fn unmarked(text: &str) -> String {
     out.push_str(rest);
     out
 }
+
+fn missing() -> Vec<String> {
+    vec!["orders-db".to_owned(), "14:01:07".to_owned()]
+}
+
+#[tokio::test]
+async fn a_second_attempt_lists_the_missing_identifiers_after_the_transcript() {
+    let (fake, requests) = Fake::new(100_000);
+    let old = history(3, 200);
+
+    let summary = summarizer(fake, 100_000)
+        .summarize_keeping(&[], &old, Some("gpt-test"), &missing())
+        .expect("an LLM can do better")
+        .await
+        .unwrap();
+
+    assert_eq!(summary.text, SUMMARY);
+    assert_eq!(
+        summary.prompt_version.as_deref(),
+        Some(prompt::DEFAULT_VERSION)
+    );
+    let requests = requests.lock().unwrap();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(
+        request.system,
+        prompt::system_prompt(),
+        "the prompt is unchanged"
+    );
+    assert_eq!(request.model.as_deref(), Some("gpt-test"));
+    let (transcript, appendix) = request
+        .user
+        .split_once(" end of transcript]\n")
+        .expect("the transcript ends");
+    assert_eq!(
+        unmarked(&format!("{transcript} end of transcript]\n")),
+        unmarked(&prompt::transcript(&old))
+    );
+    assert!(
+        appendix.contains(" identifiers a first summary left out]"),
+        "{appendix}"
+    );
+    assert!(
+        appendix.contains("\n- orders-db\n- 14:01:07\n"),
+        "{appendix}"
+    );
+}
+
+#[tokio::test]
+async fn in_chunks_only_the_last_request_lists_them_and_every_request_fits() {
+    let (fake, requests) = Fake::new(2_000);
+    let old = history(60, 600);
+
+    summarizer(fake, 2_000)
+        .summarize_keeping(&[], &old, None, &missing())
+        .expect("an LLM can do better")
+        .await
+        .unwrap();
+
+    let requests = requests.lock().unwrap();
+    assert!(requests.len() > 5, "{}", requests.len());
+    let listing: Vec<bool> = requests
+        .iter()
+        .map(|r| r.user.contains("\n- orders-db\n- 14:01:07\n"))
+        .collect();
+    let last = listing.len() - 1;
+    assert_eq!(listing, (0..=last).map(|i| i == last).collect::<Vec<_>>());
+    assert!(requests.iter().all(|r| size(r) <= 2_000));
+}
+
+#[tokio::test]
+async fn a_long_list_of_missing_identifiers_is_cut_to_leave_a_small_budget_its_room() {
+    let (fake, requests) = Fake::new(2_000);
+    let old = history(60, 600);
+    let missing: Vec<String> = (0..200)
+        .map(|n| format!("checkout-api-7d9f8c-{n:04}.prod.eu-west-1.internal"))
+        .collect();
+
+    summarizer(fake, 2_000)
+        .summarize_keeping(&[], &old, None, &missing)
+        .expect("an LLM can do better")
+        .await
+        .expect("the list leaves the transcript room");
+
+    let requests = requests.lock().unwrap();
+    let last = &requests.last().unwrap().user;
+    assert!(last.contains(&format!("\n- {}\n", missing[0])), "{last}");
+    assert!(last.contains(" more not listed"), "{last}");
+    assert!(requests.iter().all(|r| size(r) <= 2_000));
+}

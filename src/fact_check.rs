@@ -1,0 +1,198 @@
+//! The fact check every summary passes after the template check: how many of the
+//! identifiers of the part it replaces ([`crate::facts`]) it still carries, whether that
+//! is worth a second attempt, and which of two summaries to keep. Plain functions over
+//! plain data; the worker runs them (off the async threads for a large old part) and
+//! does the asking.
+//!
+//! Only an LLM is asked again: the extractive summarizer would answer the same, and a
+//! summary the extractive fallback wrote means the LLM just failed. A second attempt
+//! replaces the first only when it keeps strictly more of the facts, so a retry can make
+//! a compaction better and never worse.
+
+use crate::config::{FactCheck, FactCheckMode};
+use crate::facts::Recall;
+use crate::llm::Summary;
+
+/// A summary that passed [`crate::summary::check`], with its recall.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    pub summary: Summary,
+    /// The summary as it will be written: trimmed, unfenced.
+    pub text: String,
+    pub recall: Recall,
+}
+
+/// What a second attempt came to: the `outcome` label of
+/// `summarizer_fact_retries_total`, and `fact_retry_outcome` in the usage event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryOutcome {
+    /// It kept more of the facts, and replaced the first summary.
+    Improved,
+    /// It passed the template check but kept no more: the first summary stays.
+    NotImproved,
+    /// An error, or a summary the template check refused: the first summary stays.
+    Failed,
+}
+
+impl RetryOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Improved => "improved",
+            Self::NotImproved => "not_improved",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// What the usage event records of the fact check (`facts_total`, `facts_kept`,
+/// `fact_retry`, `fact_retry_outcome`): the kept summary's figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Figures {
+    pub total: usize,
+    pub kept: usize,
+    /// `None` when no second attempt was made.
+    pub retry: Option<RetryOutcome>,
+}
+
+impl Figures {
+    pub fn of(recall: &Recall, retry: Option<RetryOutcome>) -> Self {
+        Self {
+            total: recall.total,
+            kept: recall.kept,
+            retry,
+        }
+    }
+}
+
+/// Whether a first summary with `recall` is to be asked for again under `policy`: in
+/// `retry` mode, when it kept less than the minimum (a part with no facts has a recall
+/// of 1). Whether the summarizer can do better is the summarizer's to say.
+pub fn worth_retrying(policy: FactCheck, recall: &Recall) -> bool {
+    policy.mode == FactCheckMode::Retry && recall.ratio() < policy.min_recall
+}
+
+/// The better of the first summary and a second attempt that passed the template check:
+/// the second when it keeps strictly more facts (a tie keeps the first, which was
+/// written without being told what to keep). The one kept carries the token usage of
+/// both calls, since both were paid for.
+pub fn better(first: Checked, second: Checked) -> (Checked, RetryOutcome) {
+    // Both were measured against the same facts, so counts compare exactly.
+    if second.recall.kept > first.recall.kept {
+        (
+            with_usage_of(second, &first.summary),
+            RetryOutcome::Improved,
+        )
+    } else {
+        (
+            with_usage_of(first, &second.summary),
+            RetryOutcome::NotImproved,
+        )
+    }
+}
+
+fn with_usage_of(mut kept: Checked, other: &Summary) -> Checked {
+    kept.summary.add_usage(other);
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recall(total: usize, kept: usize) -> Recall {
+        Recall {
+            total,
+            kept,
+            missing: (kept..total).map(|n| format!("fact-{n}")).collect(),
+        }
+    }
+
+    fn checked(text: &str, kept: usize, tokens: (i64, i64)) -> Checked {
+        Checked {
+            summary: Summary {
+                text: text.to_owned(),
+                model: "m".to_owned(),
+                prompt_tokens: Some(tokens.0),
+                completion_tokens: Some(tokens.1),
+                ..Summary::default()
+            },
+            text: text.to_owned(),
+            recall: recall(10, kept),
+        }
+    }
+
+    const RETRY: FactCheck = FactCheck {
+        mode: FactCheckMode::Retry,
+        min_recall: 0.8,
+    };
+
+    #[test]
+    fn only_retry_mode_below_the_minimum_asks_again() {
+        assert!(worth_retrying(RETRY, &recall(10, 7)));
+        assert!(!worth_retrying(RETRY, &recall(10, 8)), "at the minimum");
+        assert!(!worth_retrying(RETRY, &recall(0, 0)), "nothing to keep");
+        for mode in [FactCheckMode::Off, FactCheckMode::Record] {
+            let policy = FactCheck { mode, ..RETRY };
+            assert!(!worth_retrying(policy, &recall(10, 0)), "{mode:?}");
+        }
+        let never = FactCheck {
+            min_recall: 0.0,
+            ..RETRY
+        };
+        assert!(!worth_retrying(never, &recall(10, 0)));
+        let always = FactCheck {
+            min_recall: 1.0,
+            ..RETRY
+        };
+        assert!(worth_retrying(always, &recall(10, 9)));
+        assert!(!worth_retrying(always, &recall(10, 10)), "nothing lost");
+    }
+
+    #[test]
+    fn a_second_summary_that_keeps_more_facts_replaces_the_first_with_both_calls_tokens() {
+        let (kept, outcome) = better(
+            checked("first", 5, (800, 60)),
+            checked("second", 9, (900, 70)),
+        );
+
+        assert_eq!(outcome, RetryOutcome::Improved);
+        assert_eq!(kept.text, "second");
+        assert_eq!(kept.recall, recall(10, 9));
+        assert_eq!(
+            (kept.summary.prompt_tokens, kept.summary.completion_tokens),
+            (Some(1700), Some(130))
+        );
+    }
+
+    #[test]
+    fn a_second_summary_that_keeps_no_more_leaves_the_first_with_both_calls_tokens() {
+        for second_kept in [5, 4, 0] {
+            let (kept, outcome) = better(
+                checked("first", 5, (800, 60)),
+                checked("second", second_kept, (900, 70)),
+            );
+
+            assert_eq!(outcome, RetryOutcome::NotImproved, "{second_kept}");
+            assert_eq!(kept.text, "first", "a tie keeps the first");
+            assert_eq!(kept.recall, recall(10, 5));
+            assert_eq!(
+                (kept.summary.prompt_tokens, kept.summary.completion_tokens),
+                (Some(1700), Some(130))
+            );
+        }
+    }
+
+    #[test]
+    fn figures_are_the_kept_summarys() {
+        let figures = Figures::of(&recall(12, 9), Some(RetryOutcome::Improved));
+        assert_eq!(
+            figures,
+            Figures {
+                total: 12,
+                kept: 9,
+                retry: Some(RetryOutcome::Improved)
+            }
+        );
+        assert_eq!(RetryOutcome::NotImproved.as_str(), "not_improved");
+    }
+}
