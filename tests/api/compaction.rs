@@ -288,9 +288,15 @@ async fn a_session_whose_model_server_reuses_call_ids_is_compacted() {
 /// A hostile size: 50,000 messages (about 4 MB) in one session, compacted in one turn by
 /// the extractive summarizer, with every removed message archived; the next turn is
 /// below the threshold. (No timing is asserted: the 15 s client timeout is the bound.)
+/// The summary of 4 MB takes all of `SUMMARY_MAX_CHARS`, which must leave room below the
+/// test workers' threshold of 3,000 for the next turn to be below it.
 #[tokio::test]
 async fn a_fifty_thousand_message_session_is_compacted_in_one_turn() {
-    let app = crate::helpers::spawn_app_with(&[("LLM_PROVIDER", "extractive")]).await;
+    let app = crate::helpers::spawn_app_with(&[
+        ("LLM_PROVIDER", "extractive"),
+        ("SUMMARY_MAX_CHARS", "1500"),
+    ])
+    .await;
     sqlx::query(
         "INSERT INTO messages (session_id, role, content)
          SELECT 'big', CASE WHEN m % 4 = 0 THEN 'user' ELSE 'assistant' END,

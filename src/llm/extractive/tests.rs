@@ -323,3 +323,48 @@ fn a_small_old_part_gets_a_shorter_summary() {
     assert!(char_count(&s.text) < replaced);
     summary::check(&s.text, replaced, 6_000).unwrap();
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn message() -> impl Strategy<Value = Message> {
+        let role = prop_oneof![Just(Role::User), Just(Role::Assistant), Just(Role::Tool)];
+        // Prose, identifiers, log lines, odd Unicode and markup, long runs.
+        let content = prop_oneof![
+            "\\PC{0,300}",
+            "([a-z]{2,8}-(api|db)-[0-9] (at|saw) [0-9]{2}:[0-9]{2}:[0-9]{2} v[0-9]\\.[0-9]\\.[0-9]\\. ){1,20}",
+            "(- \\*\\*Also noted:\\*\\* |→ |; |\\n|`|\"|é|\u{202e}|\u{2028}|x=1 ){0,60}",
+            "[a-f0-9]{1,2000}",
+        ];
+        (role, content, any::<bool>()).prop_map(|(role, content, summary)| {
+            let mut m = Message::text(role, &content);
+            m.is_summary = summary && role == Role::User;
+            m
+        })
+    }
+
+    proptest! {
+        /// Whatever the old part holds, the summary passes the template check (or the
+        /// old part is too small for one) and never panics.
+        #[test]
+        fn any_old_part_gets_a_summary_that_passes_the_check(
+            old in proptest::collection::vec(message(), 1..30),
+            max_chars in 200usize..8_000,
+        ) {
+            let replaced: i64 = old.iter().map(|m| m.chars).sum();
+            match summarize(&old, max_chars) {
+                Ok(s) => {
+                    let max = i64::try_from(max_chars).unwrap();
+                    prop_assert!(
+                        summary::check(&s.text, replaced, max).is_ok(),
+                        "{:?}: {}", summary::check(&s.text, replaced, max), s.text
+                    );
+                }
+                Err(LlmError::Invalid(_)) => {}
+                Err(e) => prop_assert!(false, "{e}"),
+            }
+        }
+    }
+}
