@@ -10,7 +10,7 @@
 //! a compaction better and never worse.
 
 use crate::config::{FactCheck, FactCheckMode};
-use crate::facts::Recall;
+use crate::facts::{FactSet, Recall};
 use crate::llm::Summary;
 
 /// A summary that passed [`crate::summary::check`], with its recall.
@@ -69,6 +69,21 @@ impl Figures {
 /// of 1). Whether the summarizer can do better is the summarizer's to say.
 pub fn worth_retrying(policy: FactCheck, recall: &Recall) -> bool {
     policy.mode == FactCheckMode::Retry && recall.ratio() < policy.min_recall
+}
+
+/// Whether any summary within `max_chars` could keep `min_recall` of `facts`: the
+/// shortest that many identifiers, each with a separator, fit in it. When they cannot (a
+/// log dump of thousands of distinct ids), a second attempt could not reach the minimum
+/// whatever the LLM did, and would only pay for another call (and, in chunks, another
+/// pass over the whole old part).
+pub fn attainable(facts: &FactSet, min_recall: f64, max_chars: usize) -> bool {
+    let needed = (min_recall * facts.len() as f64).ceil() as usize;
+    let mut lengths: Vec<usize> = facts
+        .iter()
+        .map(|(_, text)| text.chars().count() + 2)
+        .collect();
+    lengths.sort_unstable();
+    lengths.iter().take(needed).sum::<usize>() <= max_chars
 }
 
 /// The better of the first summary and a second attempt that passed the template check:
@@ -194,5 +209,19 @@ mod tests {
             }
         );
         assert_eq!(RetryOutcome::NotImproved.as_str(), "not_improved");
+    }
+
+    #[test]
+    fn a_minimum_no_summary_could_reach_is_not_worth_asking_for() {
+        let few = FactSet::of_text("pg-primary-1 at 97% since 14:05:12 on v2.14.3");
+        assert!(attainable(&few, 0.8, 6_000));
+        let dump: String = (0..2_000).map(|n| format!("req-{n:06}x1 ")).collect();
+        let many = FactSet::of_text(&dump);
+        assert_eq!(many.len(), 2_000);
+        assert!(!attainable(&many, 0.8, 6_000));
+        // The shortest 80% decide: 1,600 ids of 12 chars and a separator each.
+        assert!(attainable(&many, 0.8, 1_600 * 14));
+        assert!(!attainable(&many, 0.8, 1_600 * 14 - 1));
+        assert!(attainable(&FactSet::default(), 0.8, 10));
     }
 }

@@ -78,7 +78,7 @@ impl Worker {
             text,
             recall,
         };
-        let (kept, retry) = if self.asks_again(&first) {
+        let (kept, retry) = if self.asks_again(&first, &facts) {
             self.ask_again(rid, plan, &facts, first, retry_by).await
         } else {
             (first, None)
@@ -87,12 +87,19 @@ impl Worker {
         (kept.summary, kept.text, Some(figures))
     }
 
-    /// Whether `first` is worth a second attempt: below the minimum in `retry` mode, and
+    /// Whether `first` is worth a second attempt: below the minimum in `retry` mode,
     /// written by the LLM (a summary from the extractive fallback means the LLM just
-    /// failed). Whether the summarizer can do better is its own to say.
-    fn asks_again(&self, first: &Checked) -> bool {
-        fact_check::worth_retrying(self.policy.fact_check, &first.recall)
+    /// failed), and with a minimum a summary could reach ([`fact_check::attainable`]).
+    /// Whether the summarizer can do better is its own to say.
+    fn asks_again(&self, first: &Checked, facts: &FactSet) -> bool {
+        let policy = self.policy.fact_check;
+        fact_check::worth_retrying(policy, &first.recall)
             && first.summary.fallback_reason.is_none()
+            && fact_check::attainable(
+                facts,
+                policy.min_recall,
+                usize::try_from(self.policy.summary_max_chars).unwrap_or(usize::MAX),
+            )
     }
 
     /// One more attempt, listing what `first` lost: the better of the two, and how the

@@ -94,15 +94,11 @@ async fn a_5_mb_old_part_of_100k_identifiers_is_checked_without_holding_an_async
     assert!(facts.len() > 100_000, "{}", facts.len());
     let metadata = &app.usage_events("big").await[0].4;
     assert_eq!(figures(metadata), recorded(&written));
-    assert_eq!(metadata["fact_retry_outcome"], "improved", "{metadata}");
+    // No summary within SUMMARY_MAX_CHARS could keep 80% of 100,000 identifiers: a
+    // second attempt (another pass over 5 MB, in chunks) could not reach the minimum,
+    // so none is made.
+    assert_eq!(metadata["fact_retry"], false, "{metadata}");
+    assert_eq!(written, first);
     let requests = app.llm.received_requests().await.unwrap();
-    let last = requests.last().unwrap();
-    assert_eq!(
-        listed(last),
-        first.missing[..200],
-        "the first 200 are listed"
-    );
-    let more = format!("({} more not listed", first.missing.len() - 200);
-    assert!(user_message(last).contains(&more), "{more}");
-    assert!(written.kept >= first.kept + 200, "{written:?}");
+    assert!(requests.iter().all(|r| listed(r).is_empty()));
 }
