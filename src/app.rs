@@ -85,6 +85,8 @@ impl Application {
             summary_max_chars: i64::try_from(settings.llm.summary_max_chars).unwrap_or(i64::MAX),
             fact_check: settings.fact_check,
             llm_deadline: settings.llm.deadline,
+            concurrency: settings.concurrency,
+            precompute: settings.precompute,
         };
         let worker = Arc::new(Worker::new(
             store.clone(),

@@ -31,6 +31,23 @@ struct OutcomeLabels {
     outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PrecomputedLabels {
+    precomputed: &'static str,
+}
+
+type TurnHistograms = Family<PrecomputedLabels, Histogram, fn() -> Histogram>;
+
+/// 1 ms to about 33 s: a commit to an LLM call with retries, as the agent waits for it.
+fn turn_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
 /// Recall is a fraction, and what matters is near the top: did a summary keep 80%, 90%,
 /// all of the facts.
 const RECALL_BUCKETS: [f64; 9] = [0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0];
@@ -46,6 +63,11 @@ pub struct Metrics {
     chars_compacted: Counter,
     fact_recall: Histogram,
     fact_retries: Family<OutcomeLabels, Counter>,
+    precomputes_started: Counter,
+    precomputes_finished: Family<OutcomeLabels, Counter>,
+    precomputes_used: Counter,
+    precomputes_discarded: Family<ReasonLabels, Counter>,
+    compaction_turn_seconds: TurnHistograms,
     in_flight: Gauge,
     lease_conflicts: Counter,
     pool_connections: Gauge,
@@ -71,6 +93,11 @@ impl Metrics {
         let chars_compacted = Counter::default();
         let fact_recall = Histogram::new(RECALL_BUCKETS);
         let fact_retries = Family::<OutcomeLabels, Counter>::default();
+        let precomputes_started = Counter::default();
+        let precomputes_finished = Family::<OutcomeLabels, Counter>::default();
+        let precomputes_used = Counter::default();
+        let precomputes_discarded = Family::<ReasonLabels, Counter>::default();
+        let compaction_turn_seconds = TurnHistograms::new_with_constructor(turn_histogram);
         let in_flight: Gauge = Gauge::default();
         let limit: Gauge = Gauge::default();
         limit.set(i64::try_from(concurrency).unwrap_or(i64::MAX));
@@ -119,6 +146,31 @@ impl Metrics {
             fact_retries.clone(),
         );
         r.register(
+            "precomputes_started",
+            "Summaries prepared in the background before the threshold (SUMMARIZATION_PRECOMPUTE_AT)",
+            precomputes_started.clone(),
+        );
+        r.register(
+            "precomputes_finished",
+            "Background precomputes that ended, by outcome: saved, failed, not_planned, lease_lost",
+            precomputes_finished.clone(),
+        );
+        r.register(
+            "precomputes_used",
+            "Compactions written from a pending summary at the turn that crossed the threshold",
+            precomputes_used.clone(),
+        );
+        r.register(
+            "precomputes_discarded",
+            "Pending summaries dropped unused (their LLM call wasted), by reason",
+            precomputes_discarded.clone(),
+        );
+        r.register(
+            "compaction_turn_duration_seconds",
+            "What the agent waited at a turn that compacted, with and without a pending summary",
+            compaction_turn_seconds.clone(),
+        );
+        r.register(
             "events_in_flight",
             "Events being processed now",
             in_flight.clone(),
@@ -153,6 +205,11 @@ impl Metrics {
             chars_compacted,
             fact_recall,
             fact_retries,
+            precomputes_started,
+            precomputes_finished,
+            precomputes_used,
+            precomputes_discarded,
+            compaction_turn_seconds,
             in_flight,
             lease_conflicts,
             pool_connections,
@@ -211,6 +268,38 @@ impl Metrics {
                 outcome: outcome.as_str(),
             })
             .inc();
+    }
+
+    pub fn precompute_started(&self) {
+        self.precomputes_started.inc();
+    }
+
+    /// `outcome`: `saved`, `failed`, `not_planned`, `lease_lost`.
+    pub fn precompute_finished(&self, outcome: &'static str) {
+        self.precomputes_finished
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    pub fn precompute_used(&self) {
+        self.precomputes_used.inc();
+    }
+
+    /// `n` pending summaries dropped unused for `reason` (see `store::Discard`).
+    pub fn precomputes_discarded(&self, reason: &'static str, n: u64) {
+        if n > 0 {
+            self.precomputes_discarded
+                .get_or_create(&ReasonLabels { reason })
+                .inc_by(n);
+        }
+    }
+
+    /// What the agent waited, the event's whole processing, at a turn that compacted.
+    pub fn compaction_turn_took(&self, precomputed: bool, seconds: f64) {
+        let precomputed = if precomputed { "true" } else { "false" };
+        self.compaction_turn_seconds
+            .get_or_create(&PrecomputedLabels { precomputed })
+            .observe(seconds);
     }
 
     /// Marks an event in flight until the guard drops.

@@ -6,9 +6,14 @@
 //! the event's limits (request, then session, then configuration: [`crate::overrides`]),
 //! take the lease, load and plan, summarize with no connection held, check the summary's
 //! facts (`facts`: perhaps asking once more), then commit in one fenced transaction.
+//!
+//! With `SUMMARIZATION_PRECOMPUTE_AT` set, a session nearing its threshold is summarized
+//! in the background (`precompute`), and the turn that crosses the threshold only
+//! applies that summary: one database call instead of an LLM call.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::task::JoinError;
@@ -17,17 +22,21 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::config::{Bounds, FactCheck, Limits};
+use crate::config::{Bounds, FactCheck, Limits, Precompute};
+use crate::fact_check::Figures;
 use crate::llm::{Summarizer, Summary, tokens};
 use crate::message::{Message, Role, char_count};
 use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
 use crate::overrides::{self, Overrides};
 use crate::planner;
-use crate::store::{CommitError, CounterReader, Loaded, NewSummary, PgStore, StoreError};
+use crate::store::{
+    Applied, CommitError, CounterReader, Counters, Loaded, NewSummary, PgStore, StoreError,
+};
 use crate::summary;
 
 mod facts;
+mod precompute;
 
 /// What a worker needs to know of the settings.
 #[derive(Clone, Copy, Debug)]
@@ -47,6 +56,10 @@ pub struct Policy {
     /// `LLM_DEADLINE_MS`: the fact check's second attempt at a summary must end within
     /// it too, counted from the first's start (see `Worker::retry_deadline`).
     pub llm_deadline: Duration,
+    /// `WORKER_CONCURRENCY`: precomputes give way when half of it is compacting.
+    pub concurrency: usize,
+    /// `SUMMARIZATION_PRECOMPUTE_AT` and its bounds.
+    pub precompute: Precompute,
 }
 
 /// A validated event.
@@ -118,6 +131,10 @@ pub struct Worker {
     tasks: TaskTracker,
     /// Fired when the grace period is over: running compactions give their leases back.
     abandon: CancellationToken,
+    /// Compactions (not precomputes) running now: precomputes give way to them.
+    compacting: AtomicUsize,
+    /// The sessions this worker is precomputing, at most `PRECOMPUTE_CONCURRENCY`.
+    precomputing: Mutex<HashSet<String>>,
 }
 
 impl Worker {
@@ -139,6 +156,8 @@ impl Worker {
             events: AtomicU64::new(0),
             tasks: TaskTracker::new(),
             abandon: CancellationToken::new(),
+            compacting: AtomicUsize::new(0),
+            precomputing: Mutex::new(HashSet::new()),
         }
     }
 
@@ -154,12 +173,17 @@ impl Worker {
     /// compaction runs as a task of its own (see `Worker::compact_in_task`).
     pub async fn process(self: &Arc<Self>, event: &Event) -> Processed {
         let started = Instant::now();
-        let (outcome, checked) = self.decide(event).await;
+        let (outcome, checked, precomputed) = self.decide(event).await;
+        let duration = started.elapsed();
+        if matches!(outcome, Outcome::Compacted(_)) {
+            self.metrics
+                .compaction_turn_took(precomputed, duration.as_secs_f64());
+        }
         Processed {
             outcome,
             session_chars: checked.map(|c| c.session_chars),
             latest_compaction_id: checked.and_then(|c| c.latest_compaction_id),
-            duration: started.elapsed(),
+            duration,
         }
     }
 
@@ -185,22 +209,37 @@ impl Worker {
         }
     }
 
-    /// The outcome, and the counters when they were read.
-    async fn decide(self: &Arc<Self>, event: &Event) -> (Outcome, Option<Checked>) {
+    /// The outcome, the counters when they were read, and whether the outcome is a
+    /// pending summary applied.
+    async fn decide(self: &Arc<Self>, event: &Event) -> (Outcome, Option<Checked>, bool) {
         if !self.policy.enabled {
-            return (Outcome::Skipped(Reason::Disabled), None);
+            return (Outcome::Skipped(Reason::Disabled), None, false);
         }
         let counters = match self.counters.counters(&event.session_id).await {
             Ok(Some(counters)) => counters,
-            Ok(None) => return (Outcome::Skipped(Reason::UnknownSession), None),
-            Err(e) => return (store_failure(event, "reading the session", &e), None),
+            Ok(None) => return (Outcome::Skipped(Reason::UnknownSession), None, false),
+            Err(e) => return (store_failure(event, "reading the session", &e), None, false),
         };
+        let (outcome, checked) = self.decide_on(event, counters).await;
+        match outcome {
+            Decided::Done(outcome) => (outcome, checked, false),
+            Decided::Precomputed(outcome) => (outcome, checked, true),
+        }
+    }
+
+    /// [`Worker::decide`] once the counters are read.
+    async fn decide_on(
+        self: &Arc<Self>,
+        event: &Event,
+        counters: Counters,
+    ) -> (Decided, Option<Checked>) {
+        use Decided::Done;
         let checked = Some(Checked {
             session_chars: counters.total_chars,
             latest_compaction_id: counters.last_compaction_id,
         });
         if counters.settings.disabled() {
-            return (Outcome::Skipped(Reason::Disabled), checked);
+            return (Done(Outcome::Skipped(Reason::Disabled)), checked);
         }
         let limits = overrides::limits(
             self.policy.limits,
@@ -208,27 +247,101 @@ impl Worker {
             &counters.settings,
             event.overrides,
         );
-        if counters.total_chars <= limits.threshold_chars {
-            return (Outcome::Skipped(Reason::BelowThreshold), checked);
-        }
-        if counters.human_turns < 2 {
-            return (Outcome::Skipped(Reason::TooFewTurns), checked);
-        }
-        if counters.backing_off {
-            return (Outcome::Skipped(Reason::BackingOff), checked);
-        }
-        // The planner refused this very history, with this keep, before: no lease, no load.
-        if let Some(reason) = counters.remembered_skip_for(limits.keep_chars) {
-            return (Outcome::Skipped(reason), checked);
-        }
-
+        let below = counters.total_chars <= limits.threshold_chars;
+        let skip = if below {
+            Some(Reason::BelowThreshold)
+        } else if counters.human_turns < 2 {
+            Some(Reason::TooFewTurns)
+        } else if counters.backing_off {
+            Some(Reason::BackingOff)
+        } else {
+            // The planner refused this very history, with this keep, before: no lease,
+            // no load.
+            counters.remembered_skip_for(limits.keep_chars)
+        };
         let job = Job {
             limits,
-            model: counters.settings.model,
+            model: counters.settings.model.clone(),
         };
+        if below
+            && self
+                .policy
+                .precompute
+                .wanted(counters.total_chars, limits.threshold_chars)
+            && counters.human_turns >= 2
+            && !counters.backing_off
+            && counters.remembered_skip_for(limits.keep_chars).is_none()
+        {
+            // In the background: the reply goes out now.
+            self.start_precompute(event, job.clone());
+        }
+        if let Some(reason) = skip {
+            return (Done(Outcome::Skipped(reason)), checked);
+        }
+        if self.policy.precompute.enabled()
+            && let Some(outcome) = self.apply_pending(event, &job).await
+        {
+            return (outcome, checked);
+        }
         // Boxed: the compaction's state machine is kilobytes, and kept inline it made every
         // event's future that large, no-op or not (memmove topped the worker's profile).
-        (Box::pin(self.compact_in_task(event, job)).await, checked)
+        (
+            Done(Box::pin(self.compact_in_task(event, job)).await),
+            checked,
+        )
+    }
+
+    /// At a turn over the threshold: writes the session's pending summary if it still
+    /// fits (`Decided::Precomputed`), or answers busy while another worker holds the
+    /// lease. `None`: no pending summary, or one dropped as stale; compact as usual.
+    async fn apply_pending(&self, event: &Event, job: &Job) -> Option<Decided> {
+        let rid = &event.request_id;
+        let applied = self
+            .store
+            .apply_pending(
+                &event.session_id,
+                rid,
+                (job.limits, job.model.as_deref()),
+                self.policy.precompute.ttl,
+            )
+            .await;
+        match applied {
+            Ok(Applied::None) => None,
+            Ok(Applied::Busy) => Some(Decided::Done(Outcome::Busy)),
+            Ok(Applied::Discarded(reason)) => {
+                tracing::info!(
+                    "[{rid}] summarizer: pending summary dropped ({}); compacting now",
+                    reason.as_str()
+                );
+                self.metrics.precomputes_discarded(reason.as_str(), 1);
+                None
+            }
+            Ok(Applied::Compacted {
+                compaction_id,
+                messages_removed,
+                chars_removed,
+                messages_kept,
+                summary_chars,
+            }) => {
+                self.metrics.precompute_used();
+                tracing::info!(
+                    "[{rid}] summarizer done from a pending summary: -{chars_removed} chars, \
+                     summary {summary_chars} chars"
+                );
+                Some(Decided::Precomputed(Outcome::Compacted(Compaction {
+                    compaction_id,
+                    messages_removed,
+                    chars_removed,
+                    messages_kept,
+                    summary_chars,
+                })))
+            }
+            Err(e) => Some(Decided::Done(store_failure(
+                event,
+                "applying the pending summary",
+                &e,
+            ))),
+        }
     }
 
     /// Runs [`Worker::lease_and_compact`] as a task of its own, so that a slow or
@@ -244,6 +357,7 @@ impl Worker {
             let abandon = self.abandon.clone();
             self.tasks.spawn(
                 async move {
+                    let _compacting = Compacting::new(&worker.compacting);
                     tokio::select! {
                         outcome = worker.lease_and_compact(&event, &owner, job) => outcome,
                         () = abandon.cancelled() => worker.abandoned(&event, &owner).await,
@@ -374,12 +488,8 @@ impl Worker {
     ) -> Outcome {
         let started = Instant::now();
         let rid = &event.request_id;
-        crate::llm::tokens::ensure_loaded().await;
-        let plan = match plan_off_thread(loaded, job.limits).await {
-            Ok(plan) => Plan {
-                model: job.model,
-                ..plan
-            },
+        let plan = match plan_with_tokens(loaded, job).await {
+            Ok(plan) => plan,
             Err(outcome) => return outcome,
         };
         tracing::info!(
@@ -389,38 +499,32 @@ impl Worker {
             plan.chars_removed,
             plan.messages_kept
         );
-        // Extracting a large old part's facts overlaps the summarizer's call.
-        let facts = self.extract_facts(&plan);
-        let retry_by = self.retry_deadline(Instant::now(), leased);
-        let (summary, text) = match self.summarize_and_check(rid, &plan).await {
-            Ok(summarized) => summarized,
+        let written = match self.write_summary(rid, &plan, leased).await {
+            Ok(written) => written,
             Err(failed) => return failed,
         };
-        let (summary, text, figures) = self
-            .check_facts(rid, &plan, facts, (summary, text), retry_by)
-            .await;
-        let new = NewSummary {
-            session_id: &event.session_id,
-            lease_owner: owner,
-            cut_seq: plan.cut_seq,
-            removed_seqs: plan.removed_seqs,
-            removed_chars: plan.removed_chars,
-            removed_fingerprints: plan.removed_fingerprints,
-            text: &text,
-            model: &summary.model,
-            requested_model: plan.model.as_deref(),
-            prompt_tokens: summary.prompt_tokens,
-            completion_tokens: summary.completion_tokens,
-            prompt_version: summary.prompt_version.as_deref(),
-            fallback_reason: summary.fallback_reason.as_deref(),
-            messages_kept: plan.messages_kept,
-            tokens_removed: plan.tokens_removed,
-            summary_tokens: i64::try_from(tokens::count(&text)).unwrap_or(i64::MAX),
-            facts: figures,
-            request_id: rid,
-            duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
-        };
+        let new = written.new_summary(event, owner, &plan, started);
         self.commit(event, &new, plan.chars_removed, started).await
+    }
+
+    /// The summary of `plan`'s old part, checked against the template and for its facts
+    /// (the fact check overlaps the summarizer's call). `Err` is the `failed/llm_error`
+    /// outcome, already logged and counted.
+    async fn write_summary(
+        &self,
+        rid: &str,
+        plan: &Plan,
+        leased: Instant,
+    ) -> Result<Written, Outcome> {
+        let facts = self.extract_facts(plan);
+        let retry_by = self.retry_deadline(Instant::now(), leased);
+        let first = self.summarize_and_check(rid, plan).await?;
+        let (summary, text, facts) = self.check_facts(rid, plan, facts, first, retry_by).await;
+        Ok(Written {
+            summary,
+            text,
+            facts,
+        })
     }
 
     /// Asks the summarizer for the old part's summary and checks it against the
@@ -475,7 +579,13 @@ impl Worker {
     ) -> Outcome {
         let rid = &event.request_id;
         let compaction_id = match self.store.commit(new).await {
-            Ok(id) => id,
+            Ok(committed) => {
+                if committed.superseded {
+                    self.metrics
+                        .precomputes_discarded(crate::store::Discard::Superseded.as_str(), 1);
+                }
+                committed.compaction_id
+            }
             Err(CommitError::Store(e)) => return store_failure(event, "committing", &e),
             Err(conflict) => {
                 tracing::info!("[{rid}] summarizer: nothing written: {conflict}");
@@ -507,6 +617,71 @@ impl Worker {
     }
 }
 
+/// How [`Worker::decide_on`] answered.
+enum Decided {
+    Done(Outcome),
+    /// A pending summary was written (`SUMMARIZATION_PRECOMPUTE_AT`).
+    Precomputed(Outcome),
+}
+
+/// Counts a compaction running (see `Worker::compacting`) until dropped.
+struct Compacting<'a>(&'a AtomicUsize);
+
+impl<'a> Compacting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Compacting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A summary written for a plan and checked: what a commit or a pending summary stores.
+struct Written {
+    summary: Summary,
+    text: String,
+    /// The fact check's figures; `None` when it is off.
+    facts: Option<Figures>,
+}
+
+impl Written {
+    /// The commit's (or the pending summary's) record of this summary of `plan`, for
+    /// `event` under the lease `owner`, with the time since `started`.
+    fn new_summary<'a>(
+        &'a self,
+        event: &'a Event,
+        owner: &'a str,
+        plan: &'a Plan,
+        started: Instant,
+    ) -> NewSummary<'a> {
+        NewSummary {
+            session_id: &event.session_id,
+            lease_owner: owner,
+            cut_seq: plan.cut_seq,
+            removed_seqs: &plan.removed_seqs,
+            removed_chars: &plan.removed_chars,
+            removed_fingerprints: &plan.removed_fingerprints,
+            text: &self.text,
+            model: &self.summary.model,
+            requested_model: plan.model.as_deref(),
+            prompt_tokens: self.summary.prompt_tokens,
+            completion_tokens: self.summary.completion_tokens,
+            prompt_version: self.summary.prompt_version.as_deref(),
+            fallback_reason: self.summary.fallback_reason.as_deref(),
+            messages_kept: plan.messages_kept,
+            tokens_removed: plan.tokens_removed,
+            summary_tokens: i64::try_from(tokens::count(&self.text)).unwrap_or(i64::MAX),
+            facts: self.facts,
+            request_id: &event.request_id,
+            duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+}
+
 /// A planned compaction, with what the log line, the summarizer and the commit need.
 #[derive(Debug)]
 struct Plan {
@@ -534,6 +709,17 @@ struct Plan {
 /// is as long as a task should hold an async thread; below it the hop would cost more
 /// than it saves.
 const PLAN_OFF_THREAD_CHARS: i64 = 64 * 1024;
+
+/// [`plan_off_thread`] with the tokenizer loaded (it counts what is removed), for `job`'s
+/// limits and model.
+async fn plan_with_tokens(loaded: Loaded, job: Job) -> Result<Plan, Outcome> {
+    tokens::ensure_loaded().await;
+    let plan = plan_off_thread(loaded, job.limits).await?;
+    Ok(Plan {
+        model: job.model,
+        ..plan
+    })
+}
 
 /// [`plan`], on the blocking pool for a large history.
 /// `Err` is the outcome to answer: the skip reason, or a failure.

@@ -30,7 +30,8 @@ use std::time::Duration;
 
 pub use secret::{REDACTED, Secret, redact_url, url_credentials, url_secrets};
 pub use sections::{
-    Bounds, FactCheck, FactCheckMode, FallbackMode, Limits, LlmSettings, NatsAuth, Provider,
+    Bounds, FactCheck, FactCheckMode, FallbackMode, Limits, LlmSettings, NatsAuth, Precompute,
+    Provider,
 };
 pub use table::{Kind, SETTINGS, Setting};
 
@@ -100,6 +101,8 @@ pub struct Settings {
     pub llm: LlmSettings,
     /// `SUMMARY_FACT_CHECK` and `SUMMARY_MIN_FACT_RECALL`.
     pub fact_check: FactCheck,
+    /// `SUMMARIZATION_PRECOMPUTE_AT`, `PRECOMPUTE_CONCURRENCY`, `PRECOMPUTE_TTL`.
+    pub precompute: Precompute,
     /// How long a session lease lasts before another worker may take it over.
     pub lease_duration: Duration,
     /// After an LLM failure a session waits this long before it is summarized again,
@@ -136,7 +139,7 @@ impl Settings {
             Database::read(&raw)?,
             Nats::read(&raw)?,
             (LlmSettings::read(&raw)?, FactCheck::read(&raw)?),
-            Fleet::read(&raw)?,
+            (Fleet::read(&raw)?, Precompute::read(&raw)?),
         );
         settings.check_rules()?;
         Ok(settings)
@@ -148,7 +151,7 @@ impl Settings {
         database: Database,
         nats: Nats,
         (llm, fact_check): (LlmSettings, FactCheck),
-        fleet: Fleet,
+        (fleet, precompute): (Fleet, Precompute),
     ) -> Self {
         Self {
             enabled,
@@ -165,6 +168,7 @@ impl Settings {
             http_addr: fleet.http_addr,
             llm,
             fact_check,
+            precompute,
             lease_duration: fleet.lease_duration,
             failure_backoff: fleet.failure_backoff,
             failure_backoff_max: fleet.failure_backoff_max,

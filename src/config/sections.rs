@@ -401,6 +401,60 @@ impl FactCheck {
     }
 }
 
+/// Summaries prepared before the threshold (`SUMMARIZATION_PRECOMPUTE_AT`; see
+/// `crate::worker::precompute`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Precompute {
+    /// A fraction of the threshold in [0, 1); 0 is off.
+    pub at: f64,
+    /// Background precomputes at once per worker.
+    pub concurrency: usize,
+    /// A pending summary older than this is dropped.
+    pub ttl: Duration,
+}
+
+impl Default for Precompute {
+    /// The defaults of the settings table: off.
+    fn default() -> Self {
+        Self {
+            at: 0.0,
+            concurrency: 4,
+            ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Precompute {
+    pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        let at: f64 = raw.parse(&SUMMARIZATION_PRECOMPUTE_AT)?;
+        // `f64` parses "NaN" and "inf" too. 1 would precompute at the threshold itself,
+        // where the turn compacts anyway.
+        if !(0.0..1.0).contains(&at) {
+            return Err(ConfigError::invalid(
+                SUMMARIZATION_PRECOMPUTE_AT.name,
+                format!(
+                    "must be 0 (off) or a fraction below 1 (0.8 is 80% of the threshold), got {at}"
+                ),
+            ));
+        }
+        Ok(Self {
+            at,
+            concurrency: raw.positive(&PRECOMPUTE_CONCURRENCY)?,
+            ttl: raw.millis(&PRECOMPUTE_TTL)?,
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.at > 0.0
+    }
+
+    /// Whether a session of `chars` below `threshold` is in the band where a summary is
+    /// prepared: strictly above `at` x threshold (and precompute on).
+    pub fn wanted(&self, chars: i64, threshold: i64) -> bool {
+        self.enabled() && chars as f64 > self.at * threshold as f64
+    }
+}
+
 /// The worker process: concurrency, leases, backoff, shutdown, HTTP and logs.
 #[derive(Clone, Debug)]
 pub(super) struct Fleet {

@@ -330,6 +330,27 @@ pub const SUMMARY_MIN_FACT_RECALL: Setting = setting(
     Plain,
     |s| s.fact_check.min_recall.to_string(),
 );
+pub const SUMMARIZATION_PRECOMPUTE_AT: Setting = setting(
+    "SUMMARIZATION_PRECOMPUTE_AT",
+    "0",
+    "0: off; a fraction below 1 (0.8): above it x threshold, summarize in the background so the crossing turn only commits (costs extra LLM calls)",
+    Plain,
+    |s| s.precompute.at.to_string(),
+);
+pub const PRECOMPUTE_CONCURRENCY: Setting = setting(
+    "PRECOMPUTE_CONCURRENCY",
+    "4",
+    "background precomputes per worker; more are not started (a later turn tries again)",
+    Plain,
+    |s| s.precompute.concurrency.to_string(),
+);
+pub const PRECOMPUTE_TTL: Setting = setting(
+    "PRECOMPUTE_TTL",
+    "3600000",
+    "milliseconds: a pending summary older than this is dropped, not applied",
+    Plain,
+    |s| ms(s.precompute.ttl),
+);
 pub const LEASE_DURATION_MS: Setting = setting(
     "LEASE_DURATION_MS",
     "120000",
@@ -410,6 +431,9 @@ pub const SETTINGS: &[Setting] = &[
     SUMMARY_MAX_CHARS,
     SUMMARY_FACT_CHECK,
     SUMMARY_MIN_FACT_RECALL,
+    SUMMARIZATION_PRECOMPUTE_AT,
+    PRECOMPUTE_CONCURRENCY,
+    PRECOMPUTE_TTL,
     LEASE_DURATION_MS,
     FAILURE_BACKOFF_MS,
     FAILURE_BACKOFF_MAX_MS,

@@ -97,12 +97,14 @@ macro_rules! counters_from_sessions_sql {
 
 mod batch;
 mod check;
+mod pending;
 mod restore;
 mod settings;
 mod stats;
 
 pub use batch::CounterReader;
 pub use check::{CounterDrift, Finding, Invariant, SessionCounts, Totals};
+pub use pending::{Applied, Discard, Saved};
 pub use restore::{CompactionView, Pruned, RestoreError, Restored, SessionView};
 pub use settings::SettingsError;
 pub use stats::{Day, Stats, StatsReport};
@@ -179,9 +181,9 @@ pub struct NewSummary<'a> {
     pub cut_seq: i64,
     /// The removed messages' seqs, chars and fingerprints ([`Loaded::fingerprints`]),
     /// oldest first, as planned.
-    pub removed_seqs: Vec<i64>,
-    pub removed_chars: Vec<i64>,
-    pub removed_fingerprints: Vec<String>,
+    pub removed_seqs: &'a [i64],
+    pub removed_chars: &'a [i64],
+    pub removed_fingerprints: &'a [String],
     pub text: &'a str,
     pub model: &'a str,
     /// The session's own model (`session_settings.model`), recorded in the usage event's
@@ -202,6 +204,46 @@ pub struct NewSummary<'a> {
     pub request_id: &'a str,
     /// Time since the lease was taken, for the duration histogram.
     pub duration_ms: i64,
+}
+
+/// A compaction written by [`PgStore::commit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// The usage event's id, which is also the archive's `compaction_id`.
+    pub compaction_id: i64,
+    /// The session had a pending summary, now dropped: its LLM call was wasted.
+    pub superseded: bool,
+}
+
+impl NewSummary<'_> {
+    /// The usage event's metadata that describes the summary itself (tokens, prompt,
+    /// fallback, model asked for, facts), without the turn's figures: what a pending
+    /// summary stores for the turn that applies it.
+    pub fn summary_metadata(&self) -> serde_json::Value {
+        let mut metadata = json!({
+            "tokens_removed": self.tokens_removed,
+            "summary_tokens": self.summary_tokens,
+        });
+        if let Some(version) = self.prompt_version {
+            metadata["prompt_version"] = json!(version);
+        }
+        if let Some(reason) = self.fallback_reason {
+            metadata["fallback"] = json!(true);
+            metadata["fallback_reason"] = json!(reason);
+        }
+        if let Some(model) = self.requested_model {
+            metadata["requested_model"] = json!(model);
+        }
+        if let Some(facts) = &self.facts {
+            metadata["facts_total"] = json!(facts.total);
+            metadata["facts_kept"] = json!(facts.kept);
+            metadata["fact_retry"] = json!(facts.retry.is_some());
+            if let Some(outcome) = facts.retry {
+                metadata["fact_retry_outcome"] = json!(outcome.as_str());
+            }
+        }
+        metadata
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -351,21 +393,7 @@ impl PgStore {
         .bind(millis(duration))
         .fetch_all(&self.pool)
         .await?;
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        if rows[0].try_get::<Option<i64>, _>("seq")?.is_none() {
-            return Ok(Some(Loaded::default()));
-        }
-        let messages = rows.iter().map(message_from).collect::<Result<_, _>>()?;
-        let fingerprints = rows
-            .iter()
-            .map(|r| r.try_get("fingerprint"))
-            .collect::<Result<_, _>>()?;
-        Ok(Some(Loaded {
-            messages,
-            fingerprints,
-        }))
+        loaded_from(&rows)
     }
 
     /// Gives the lease up if `owner` still holds it; a no-op otherwise.
@@ -480,43 +508,29 @@ impl PgStore {
 
     /// Replaces the planned prefix with the summary, in one transaction: fences on the
     /// lease, archives and deletes the prefix (checking it is exactly as planned), inserts
-    /// the summary in its place and the usage event, and releases the lease.
-    /// Returns the usage event's id, which is also the archive's `compaction_id`.
+    /// the summary in its place and the usage event, drops the session's pending summary
+    /// (which the compaction made stale), and releases the lease.
     ///
     /// # Errors
     /// [`CommitError::LeaseLost`] or [`CommitError::PrefixChanged`] when writing would be
     /// wrong, [`CommitError::Store`] when the database fails; nothing is written in any case.
-    pub async fn commit(&self, summary: &NewSummary<'_>) -> Result<i64, CommitError> {
+    pub async fn commit(&self, summary: &NewSummary<'_>) -> Result<Committed, CommitError> {
         let mut tx = self.pool.begin().await?;
         let chars_removed: i64 = summary.removed_chars.iter().sum();
-        let mut metadata = json!({
-            "summarization": true,
-            "messages_removed": summary.removed_seqs.len(),
-            "chars_removed": chars_removed,
-            "messages_kept": summary.messages_kept,
-            "summary_chars": crate::message::char_count(summary.text),
-            "tokens_removed": summary.tokens_removed,
-            "summary_tokens": summary.summary_tokens,
-            "request_id": summary.request_id,
-            "duration_ms": summary.duration_ms,
-        });
-        if let Some(version) = summary.prompt_version {
-            metadata["prompt_version"] = json!(version);
-        }
-        if let Some(reason) = summary.fallback_reason {
-            metadata["fallback"] = json!(true);
-            metadata["fallback_reason"] = json!(reason);
-        }
-        if let Some(model) = summary.requested_model {
-            metadata["requested_model"] = json!(model);
-        }
-        if let Some(facts) = &summary.facts {
-            metadata["facts_total"] = json!(facts.total);
-            metadata["facts_kept"] = json!(facts.kept);
-            metadata["fact_retry"] = json!(facts.retry.is_some());
-            if let Some(outcome) = facts.retry {
-                metadata["fact_retry_outcome"] = json!(outcome.as_str());
-            }
+        let mut metadata = summary.summary_metadata();
+        for (key, value) in [
+            ("summarization", json!(true)),
+            ("messages_removed", json!(summary.removed_seqs.len())),
+            ("chars_removed", json!(chars_removed)),
+            ("messages_kept", json!(summary.messages_kept)),
+            (
+                "summary_chars",
+                json!(crate::message::char_count(summary.text)),
+            ),
+            ("request_id", json!(summary.request_id)),
+            ("duration_ms", json!(summary.duration_ms)),
+        ] {
+            metadata[key] = value;
         }
         // One statement: the fence (which also locks the session row first, so appends,
         // whose trigger updates it, queue behind this transaction instead of deadlocking
@@ -546,8 +560,13 @@ impl PgStore {
                  SELECT (SELECT id FROM event), session_id, seq, role, content,
                      tool_calls, tool_call_id, is_summary, chars, created_at, external_id, extra
                  FROM removed
+             ), superseded AS (
+                 DELETE FROM pending_summaries
+                 WHERE session_id = $1 AND EXISTS (SELECT 1 FROM fence)
+                 RETURNING 1
              )
              SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
+                    EXISTS (SELECT 1 FROM superseded) AS superseded,
                     (SELECT id FROM event) AS id,
                     coalesce(array_agg(seq ORDER BY seq), '{}') AS seqs,
                     coalesce(array_agg(chars::bigint ORDER BY seq), '{}') AS chars,
@@ -599,7 +618,10 @@ impl PgStore {
         .await?;
 
         tx.commit().await?;
-        Ok(id)
+        Ok(Committed {
+            compaction_id: id,
+            superseded: archived.try_get("superseded")?,
+        })
     }
 }
 
@@ -619,6 +641,26 @@ pub fn is_unreachable(error: &sqlx::Error) -> bool {
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The rows of a lease-and-load statement: none when the lease was not taken, one of
+/// NULLs (the LEFT JOIN) for a leased session with no messages.
+fn loaded_from(rows: &[PgRow]) -> Result<Option<Loaded>, StoreError> {
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    if rows[0].try_get::<Option<i64>, _>("seq")?.is_none() {
+        return Ok(Some(Loaded::default()));
+    }
+    let messages = rows.iter().map(message_from).collect::<Result<_, _>>()?;
+    let fingerprints = rows
+        .iter()
+        .map(|r| r.try_get("fingerprint"))
+        .collect::<Result<_, _>>()?;
+    Ok(Some(Loaded {
+        messages,
+        fingerprints,
+    }))
 }
 
 fn counters_from(row: &PgRow) -> Result<Counters, sqlx::Error> {

@@ -44,6 +44,11 @@ pub struct Stats {
     /// tokens. `None` before the first such summarization (and with
     /// `SUMMARY_FACT_CHECK=off`, which records no figures).
     pub mean_fact_recall: Option<f64>,
+    /// Compactions in force that were written from a pending summary
+    /// (`SUMMARIZATION_PRECOMPUTE_AT`) ...
+    pub total_precomputed: i64,
+    /// ... and their share of all compactions in force; `None` before the first.
+    pub precomputed_share: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -83,6 +88,7 @@ impl PgStore {
         let totals = sqlx::query(
             "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
                     total_tokens_compacted, prompt_tokens, completion_tokens, mean_fact_recall,
+                    total_precomputed,
                     to_char(last_summarization_at AT TIME ZONE 'UTC',
                             'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS last_summarization_at
              FROM summarization_stats",
@@ -135,6 +141,7 @@ impl PgStore {
         .collect::<Result<_, sqlx::Error>>()?;
         let total: i64 = totals.try_get("total_summarizations")?;
         let chars: i64 = totals.try_get("total_chars_compacted")?;
+        let precomputed: i64 = totals.try_get("total_precomputed")?;
         Ok(StatsReport {
             summary: Stats {
                 total_summarizations: total,
@@ -149,6 +156,8 @@ impl PgStore {
                 failures_by_reason: failures,
                 last_summarization_at: totals.try_get("last_summarization_at")?,
                 mean_fact_recall: totals.try_get("mean_fact_recall")?,
+                total_precomputed: precomputed,
+                precomputed_share: (total > 0).then(|| precomputed as f64 / total as f64),
             },
             daily,
         })
@@ -199,6 +208,13 @@ impl fmt::Display for StatsReport {
                 "mean_fact_recall",
                 stats
                     .mean_fact_recall
+                    .map_or_else(|| "-".to_owned(), |v| format!("{v:.3}")),
+            ),
+            ("total_precomputed", stats.total_precomputed.to_string()),
+            (
+                "precomputed_share",
+                stats
+                    .precomputed_share
                     .map_or_else(|| "-".to_owned(), |v| format!("{v:.3}")),
             ),
             ("p50_duration_ms", opt(stats.p50_duration_ms)),

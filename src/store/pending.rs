@@ -1,0 +1,257 @@
+//! Pending summaries (`SUMMARIZATION_PRECOMPUTE_AT`, migration 12): prepared under the
+//! session's lease before the threshold, stored in `pending_summaries`, applied by the
+//! turn that crosses the threshold in one call of `apply_pending_summary`.
+
+use std::time::Duration;
+
+use serde_json::json;
+use sqlx::Row;
+
+use super::{Loaded, NewSummary, PgStore, StoreError, millis};
+use crate::config::Limits;
+
+/// What the turn that crossed the threshold found: see `apply_pending_summary`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// No pending summary: compact as usual.
+    None,
+    /// The session's lease is held (a compaction or a precompute in flight).
+    Busy,
+    /// A pending summary was dropped, for this reason; compact as usual.
+    Discarded(Discard),
+    /// The pending summary was written.
+    Compacted {
+        compaction_id: i64,
+        messages_removed: i64,
+        chars_removed: i64,
+        messages_kept: i64,
+        summary_chars: i64,
+    },
+}
+
+/// Why a pending summary was dropped: the `reason` label of
+/// `summarizer_precomputes_discarded_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Discard {
+    /// Older than `PRECOMPUTE_TTL`.
+    Expired,
+    /// Planned with other limits, or another session model, than the turn's.
+    SettingsChanged,
+    /// A planned row was edited, deleted, or a row was added before the cut.
+    PrefixChanged,
+    /// Overwritten, or deleted by a compaction that did not use it.
+    Superseded,
+}
+
+impl Discard {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Expired => "expired",
+            Self::SettingsChanged => "settings_changed",
+            Self::PrefixChanged => "prefix_changed",
+            Self::Superseded => "superseded",
+        }
+    }
+}
+
+impl PgStore {
+    /// Takes the session's lease for a precompute and loads the history, unless another
+    /// owner holds the lease or the session already has a pending summary younger than
+    /// `ttl` for the same limits and model. One round trip; `None` when there is nothing
+    /// to do.
+    ///
+    /// # Errors
+    /// When the database is unreachable; no lease is taken then.
+    pub async fn take_lease_for_precompute(
+        &self,
+        session_id: &str,
+        owner: &str,
+        duration: Duration,
+        (limits, model): (Limits, Option<&str>),
+        ttl: Duration,
+    ) -> Result<Option<Loaded>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "WITH lease AS (
+                 UPDATE sessions
+                 SET lease_owner = $2, lease_expires_at = now() + $3 * interval '1 millisecond'
+                 WHERE session_id = $1
+                   AND (lease_owner IS NULL OR lease_expires_at <= now())
+                   AND NOT EXISTS (
+                       SELECT 1 FROM pending_summaries p
+                       WHERE p.session_id = $1
+                         AND p.created_at > now() - $4 * interval '1 millisecond'
+                         AND p.threshold_chars = $5 AND p.keep_chars = $6
+                         AND p.requested_model IS NOT DISTINCT FROM $7)
+                 RETURNING session_id
+             )
+             SELECT m.seq, m.role, coalesce(m.content, '') AS content, m.tool_calls,
+                    m.tool_call_id, m.is_summary, m.chars, m.fingerprint
+             FROM lease LEFT JOIN (
+                 SELECT *, ",
+            fingerprint_sql!(),
+            " AS fingerprint FROM messages
+             ) AS m ON m.session_id = lease.session_id
+             ORDER BY m.seq"
+        ))
+        .bind(session_id)
+        .bind(owner)
+        .bind(millis(duration))
+        .bind(millis(ttl))
+        .bind(limits.threshold_chars)
+        .bind(limits.keep_chars)
+        .bind(model)
+        .fetch_all(self.pool())
+        .await?;
+        super::loaded_from(&rows)
+    }
+
+    /// Stores `pending` (planned with `limits`) as the session's pending summary (replacing any other) and gives
+    /// the lease back, in one statement fenced on the lease: `false`, and nothing
+    /// written, when the lease is no longer ours. The same statement drops pending
+    /// summaries of any session that are older than `ttl` (at most 100 at a time), and
+    /// returns how many it dropped, expired or replaced, for the metrics.
+    ///
+    /// # Errors
+    /// When the database fails; nothing is written then.
+    pub async fn save_pending(
+        &self,
+        pending: &NewSummary<'_>,
+        limits: Limits,
+        ttl: Duration,
+    ) -> Result<Saved, StoreError> {
+        let mut metadata = pending.summary_metadata();
+        metadata["precompute_ms"] = json!(pending.duration_ms);
+        let row = sqlx::query(
+            "WITH fence AS (
+                 UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
+                 WHERE session_id = $1 AND lease_owner = $2
+                 RETURNING session_id
+             ), expired AS (
+                 DELETE FROM pending_summaries
+                 WHERE session_id IN (
+                     SELECT session_id FROM pending_summaries
+                     WHERE created_at <= now() - $15 * interval '1 millisecond'
+                       AND session_id <> $1
+                     LIMIT 100)
+                 RETURNING 1
+             ), replaced AS (
+                 SELECT 1 FROM pending_summaries WHERE session_id = $1
+             ), saved AS (
+                 INSERT INTO pending_summaries AS p (session_id, cut_seq, removed_seqs,
+                     removed_chars, removed_versions, prefix_hash, threshold_chars,
+                     keep_chars, requested_model, summary, model, prompt_tokens,
+                     completion_tokens, metadata)
+                 SELECT $1, $3, $4, $5, $6, md5(array_to_string($4, ',') || '/' || array_to_string($6, ',')), $7, $8, $9, $10,
+                     $11, $12, $13, $14
+                 FROM fence
+                 ON CONFLICT (session_id) DO UPDATE SET
+                     cut_seq = excluded.cut_seq, removed_seqs = excluded.removed_seqs,
+                     removed_chars = excluded.removed_chars,
+                     removed_versions = excluded.removed_versions,
+                     prefix_hash = excluded.prefix_hash,
+                     threshold_chars = excluded.threshold_chars,
+                     keep_chars = excluded.keep_chars,
+                     requested_model = excluded.requested_model,
+                     summary = excluded.summary, model = excluded.model,
+                     prompt_tokens = excluded.prompt_tokens,
+                     completion_tokens = excluded.completion_tokens,
+                     metadata = excluded.metadata, created_at = now()
+                 RETURNING 1
+             )
+             SELECT EXISTS (SELECT 1 FROM saved) AS saved,
+                    (SELECT count(*) FROM expired) AS expired,
+                    EXISTS (SELECT 1 FROM replaced) AND EXISTS (SELECT 1 FROM saved)
+                        AS replaced",
+        )
+        .bind(pending.session_id)
+        .bind(pending.lease_owner)
+        .bind(pending.cut_seq)
+        .bind(pending.removed_seqs)
+        .bind(pending.removed_chars)
+        .bind(pending.removed_fingerprints)
+        .bind(limits.threshold_chars)
+        .bind(limits.keep_chars)
+        .bind(pending.requested_model)
+        .bind(pending.text)
+        .bind(pending.model)
+        .bind(pending.prompt_tokens)
+        .bind(pending.completion_tokens)
+        .bind(&metadata)
+        .bind(millis(ttl))
+        .fetch_one(self.pool())
+        .await?;
+        Ok(Saved {
+            saved: row.try_get("saved")?,
+            expired: row.try_get("expired")?,
+            replaced: row.try_get("replaced")?,
+        })
+    }
+
+    /// Applies the session's pending summary if it was planned with `limits` and
+    /// `model`, is younger than `ttl` and its prefix is unchanged; drops it otherwise.
+    /// One call of `apply_pending_summary` (migration 12), one transaction.
+    ///
+    /// # Errors
+    /// When the database fails; nothing is written then.
+    pub async fn apply_pending(
+        &self,
+        session_id: &str,
+        request_id: &str,
+        (limits, model): (Limits, Option<&str>),
+        ttl: Duration,
+    ) -> Result<Applied, StoreError> {
+        let row = sqlx::query(
+            "SELECT outcome, applied_id, removed_count, removed_total, kept_count,
+                    summary_length
+             FROM apply_pending_summary($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(session_id)
+        .bind(request_id)
+        .bind(limits.threshold_chars)
+        .bind(limits.keep_chars)
+        .bind(model)
+        .bind(millis(ttl))
+        .fetch_one(self.pool())
+        .await?;
+        let outcome: String = row.try_get("outcome")?;
+        Ok(match outcome.as_str() {
+            "applied" => Applied::Compacted {
+                compaction_id: row.try_get("applied_id")?,
+                messages_removed: row.try_get::<i32, _>("removed_count")?.into(),
+                chars_removed: row.try_get("removed_total")?,
+                messages_kept: row.try_get("kept_count")?,
+                summary_chars: row.try_get::<i32, _>("summary_length")?.into(),
+            },
+            "busy" => Applied::Busy,
+            "expired" => Applied::Discarded(Discard::Expired),
+            "settings_changed" => Applied::Discarded(Discard::SettingsChanged),
+            "prefix_changed" => Applied::Discarded(Discard::PrefixChanged),
+            // "none", or an outcome a newer schema added: compact as usual.
+            _ => Applied::None,
+        })
+    }
+
+    /// The session's pending summary's cut and creation time, if it has one (for tests
+    /// and operators).
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn pending_cut(&self, session_id: &str) -> Result<Option<i64>, StoreError> {
+        let cut = sqlx::query_scalar("SELECT cut_seq FROM pending_summaries WHERE session_id = $1")
+            .bind(session_id)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(cut)
+    }
+}
+
+/// What [`PgStore::save_pending`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Saved {
+    /// Written: the lease was still ours.
+    pub saved: bool,
+    /// Other sessions' pending summaries dropped for being older than the TTL.
+    pub expired: i64,
+    /// The session had a pending summary, which this one replaced.
+    pub replaced: bool,
+}
