@@ -19,6 +19,7 @@ mod langchain;
 mod llm;
 mod operations;
 mod outages;
+mod precompute;
 mod process;
 mod providers;
 mod rejects;

@@ -1,0 +1,455 @@
+//! `SUMMARIZATION_PRECOMPUTE_AT`: summaries prepared in the background before the
+//! threshold and applied in one commit by the turn that crosses it.
+//!
+//! The test workers' threshold is 3000 and keep 1000; with the precompute at 0.5 a session
+//! of three turns (about 2,300 chars) is in the band and a fourth crosses the threshold.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{BoxFuture, join_all};
+use serde_json::Value;
+use summarizer::llm::{LlmError, Summarizer, Summary};
+use summarizer::message::Message;
+use summarizer::outcome::{Reason, Status};
+
+use crate::fixtures::WorkerProcess;
+use crate::helpers::{KEEP, SUMMARY, TestApp, eventually, setup, spawn_app_with};
+
+const ON: (&str, &str) = ("SUMMARIZATION_PRECOMPUTE_AT", "0.5");
+
+/// Three turns: in the band, below the threshold.
+async fn in_the_band(app: &TestApp, session: &str) {
+    app.append_turns(session, 3).await;
+}
+
+async fn pending_cut(app: &TestApp, session: &str) -> Option<i64> {
+    sqlx::query_scalar("SELECT cut_seq FROM pending_summaries WHERE session_id = $1")
+        .bind(session)
+        .fetch_optional(&app.db)
+        .await
+        .unwrap()
+}
+
+async fn until_pending(app: &TestApp, session: &str) -> i64 {
+    eventually("a pending summary", || async {
+        pending_cut(app, session).await.is_some()
+    })
+    .await;
+    pending_cut(app, session).await.unwrap()
+}
+
+/// `GET /metrics` of the first in-process worker.
+async fn metrics(app: &TestApp) -> String {
+    reqwest::get(format!("http://{}/metrics", app.http_addr.unwrap()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The value of the metric line that starts with `series`, or 0 when it is absent.
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn the_crossing_turn_is_compacted_from_the_pending_summary_without_an_llm_call() {
+    let app = spawn_app_with(&[ON]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append("s", "system", "You are an SRE assistant.", None, None)
+        .await;
+    in_the_band(&app, "s").await;
+
+    let reply = app.turn_starting("s").await;
+    assert_eq!(
+        (reply.status, reply.reason),
+        (Status::Skipped, Reason::BelowThreshold),
+        "the band turn is answered as today"
+    );
+    let cut = until_pending(&app, "s").await;
+    assert_eq!(
+        app.llm_requests().await,
+        1,
+        "the summary is asked for early"
+    );
+    assert_eq!(
+        app.lease_owner("s").await,
+        None,
+        "the precompute gave its lease back"
+    );
+    assert!(
+        app.messages("s").await.iter().all(|m| !m.is_summary),
+        "a pending summary is not applied"
+    );
+
+    app.append_turn("s", 4).await;
+    let before = app.messages("s").await;
+    let reply = app.turn_starting("s").await;
+
+    assert_eq!(
+        (reply.status, reply.reason),
+        (Status::Compacted, Reason::Compacted)
+    );
+    assert_eq!(
+        app.llm_requests().await,
+        1,
+        "no LLM call at the crossing turn"
+    );
+    // The planned prefix went: every non-system message before the cut, archived under
+    // the one usage event, with the summary in its place.
+    let after = app.messages("s").await;
+    let archived = app.archived("s").await;
+    let planned: Vec<_> = (before.iter())
+        .filter(|m| m.seq < cut && m.role != "system")
+        .cloned()
+        .collect();
+    assert_eq!(archived, planned);
+    assert_eq!(reply.messages_removed, Some(planned.len() as i64));
+    assert_eq!(
+        reply.chars_removed,
+        Some(planned.iter().map(|m| m.chars).sum())
+    );
+    assert_eq!(reply.messages_kept, Some(after.len() as i64 - 1));
+    assert_eq!(after[0], before[0], "the system message stays");
+    assert!(after[1].is_summary);
+    assert_eq!(after[1].content.as_deref(), Some(SUMMARY));
+    assert_eq!(after[1].seq, planned[0].seq);
+    // The session grew since the precompute: the kept part is larger than KEEP, which
+    // the rule allows ("at least KEEP").
+    let kept: i64 = after[2..].iter().map(|m| m.chars).sum();
+    assert!(kept >= KEEP + 700, "kept {kept}");
+    let events = app.usage_events("s").await;
+    assert_eq!(events.len(), 1);
+    let (id, model, prompt, completion, metadata) = &events[0];
+    assert_eq!(reply.compaction_id, Some(*id));
+    assert_eq!(
+        (model.as_str(), *prompt, *completion),
+        ("fake-model-2026", Some(812), Some(64))
+    );
+    assert_eq!(metadata["precomputed"], Value::Bool(true));
+    assert_eq!(metadata["summarization"], Value::Bool(true));
+    assert_eq!(
+        metadata["messages_removed"].as_i64(),
+        reply.messages_removed
+    );
+    assert_eq!(metadata["chars_removed"].as_i64(), reply.chars_removed);
+    assert_eq!(metadata["messages_kept"].as_i64(), reply.messages_kept);
+    assert!(metadata["facts_total"].as_i64().unwrap() > 0);
+    assert!(metadata["precompute_ms"].is_i64());
+    assert_eq!(pending_cut(&app, "s").await, None, "applied once");
+    assert_eq!(app.lease_owner("s").await, None);
+    assert!(app.check().await.is_clean());
+
+    let stats = &app.stats().await["summary"];
+    assert_eq!(stats["total_precomputed"], 1);
+    assert_eq!(stats["precomputed_share"], 1.0);
+    let text = metrics(&app).await;
+    assert_eq!(metric(&text, "summarizer_precomputes_started_total"), 1.0);
+    assert_eq!(metric(&text, "summarizer_precomputes_used_total"), 1.0);
+    assert_eq!(
+        metric(
+            &text,
+            "summarizer_compaction_turn_duration_seconds_count{precomputed=\"true\"}"
+        ),
+        1.0
+    );
+    // Restoring it works as for any compaction.
+    let store = summarizer::store::PgStore::from_pool(app.db.clone());
+    store.restore("s", None).await.unwrap();
+    assert_eq!(app.messages("s").await, before);
+}
+
+#[tokio::test]
+async fn an_edit_of_the_old_part_drops_the_pending_summary_and_the_turn_compacts_as_usual() {
+    let app = spawn_app_with(&[ON]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    in_the_band(&app, "s").await;
+    app.turn_starting("s").await;
+    let cut = until_pending(&app, "s").await;
+
+    // The same text written again: same length, same content, another row version.
+    sqlx::query(
+        "UPDATE messages SET content = content
+         WHERE session_id = 's' AND seq = (SELECT min(seq) FROM messages WHERE session_id = 's')",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    app.append_turn("s", 4).await;
+    let before = app.messages("s").await;
+    let reply = app.turn_starting("s").await;
+
+    assert_eq!(reply.status, Status::Compacted);
+    assert_eq!(app.llm_requests().await, 2, "summarized again, as usual");
+    let events = app.usage_events("s").await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].4.get("precomputed"), None);
+    // The normal path planned the grown session: it removes more than the stale plan did.
+    let archived = app.archived("s").await;
+    assert!(archived.iter().any(|m| m.seq >= cut), "planned anew");
+    let mut rebuilt: Vec<_> = archived
+        .into_iter()
+        .chain(
+            app.messages("s")
+                .await
+                .into_iter()
+                .filter(|m| !m.is_summary),
+        )
+        .collect();
+    rebuilt.sort_by_key(|m| m.seq);
+    assert_eq!(rebuilt, before, "nothing lost");
+    assert_eq!(pending_cut(&app, "s").await, None);
+    let text = metrics(&app).await;
+    assert_eq!(
+        metric(
+            &text,
+            "summarizer_precomputes_discarded_total{reason=\"prefix_changed\"}"
+        ),
+        1.0
+    );
+    assert_eq!(app.stats().await["summary"]["precomputed_share"], 0.0);
+}
+
+#[tokio::test]
+async fn a_row_inserted_before_the_cut_drops_the_pending_summary() {
+    let app = spawn_app_with(&[ON]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    in_the_band(&app, "s").await;
+    app.turn_starting("s").await;
+    let cut = until_pending(&app, "s").await;
+    // An agent that writes its own seqs puts a message into the old part.
+    let first: i64 = app.messages("s").await[0].seq;
+    assert!(first + 1 < cut);
+    sqlx::query("UPDATE messages SET seq = seq + 1000000 WHERE session_id = 's' AND seq = $1")
+        .bind(first + 1)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE messages SET seq = $1 WHERE session_id = 's' AND seq = $1 + 1000000")
+        .bind(first + 1)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    app.append_turn("s", 4).await;
+    let reply = app.turn_starting("s").await;
+    assert_eq!(reply.status, Status::Compacted);
+    assert_eq!(app.llm_requests().await, 2);
+    assert_eq!(app.usage_events("s").await[0].4.get("precomputed"), None);
+}
+
+#[tokio::test]
+async fn other_limits_or_an_expired_pending_summary_are_not_applied() {
+    let app = spawn_app_with(&[ON]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    for session in ["keep", "old"] {
+        in_the_band(&app, session).await;
+        app.turn_starting(session).await;
+        until_pending(&app, session).await;
+        app.append_turn(session, 4).await;
+    }
+    assert_eq!(app.llm_requests().await, 2);
+
+    // The crossing turn asks for another keep: the pending summary was planned for 1000.
+    let reply = app
+        .send_raw(br#"{"session_id":"keep","keep_chars":1500}"#)
+        .await;
+    assert_eq!(reply.status, Status::Compacted);
+    assert_eq!(app.llm_requests().await, 3);
+    let kept: i64 = (app.messages("keep").await.iter())
+        .filter(|m| !m.is_summary)
+        .map(|m| m.chars)
+        .sum();
+    assert!(kept >= 1500, "compacted with the turn's own keep: {kept}");
+
+    // A pending summary older than PRECOMPUTE_TTL (an hour by default).
+    sqlx::query(
+        "UPDATE pending_summaries SET created_at = now() - interval '61 minutes'
+         WHERE session_id = 'old'",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let reply = app.turn_starting("old").await;
+    assert_eq!(reply.status, Status::Compacted);
+    assert_eq!(app.llm_requests().await, 4);
+    for session in ["keep", "old"] {
+        assert_eq!(
+            app.usage_events(session).await[0].4.get("precomputed"),
+            None
+        );
+        assert_eq!(pending_cut(&app, session).await, None);
+    }
+    let text = metrics(&app).await;
+    for reason in ["settings_changed", "expired"] {
+        let series = format!("summarizer_precomputes_discarded_total{{reason=\"{reason}\"}}");
+        assert_eq!(metric(&text, &series), 1.0, "{reason}");
+    }
+}
+
+#[tokio::test]
+async fn the_band_turn_is_answered_before_the_precompute_ends_and_the_crossing_turn_is_busy_meanwhile()
+ {
+    let app = spawn_app_with(&[ON]).await;
+    // Under the test workers' LLM_TIMEOUT_MS (3 s).
+    app.llm_answers(SUMMARY, Duration::from_secs(2)).await;
+    in_the_band(&app, "s").await;
+
+    let reply = app.turn_starting("s").await;
+    assert_eq!(reply.reason, Reason::BelowThreshold);
+    app.until_llm_called(1).await;
+    assert_eq!(
+        pending_cut(&app, "s").await,
+        None,
+        "answered while the LLM still works"
+    );
+
+    // The session crosses while its summary is being prepared: the lease is held.
+    app.append_turn("s", 4).await;
+    let reply = app.turn_starting("s").await;
+    assert_eq!(reply.status, Status::Busy);
+    assert!(app.messages("s").await.iter().all(|m| !m.is_summary));
+
+    until_pending(&app, "s").await;
+    let reply = app.turn_starting("s").await;
+    assert_eq!(reply.status, Status::Compacted);
+    assert_eq!(app.llm_requests().await, 1);
+    assert_eq!(app.usage_events("s").await[0].4["precomputed"], true);
+}
+
+#[tokio::test]
+async fn two_workers_never_precompute_one_session_twice() {
+    let mut app = setup(&[ON]).await;
+    app.start_worker(&[]).await;
+    app.start_worker(&[]).await;
+    app.llm_answers(SUMMARY, Duration::from_millis(300)).await;
+    in_the_band(&app, "s").await;
+
+    // Band turns to both workers, before, during and after the precompute.
+    let burst = |n: usize| {
+        (0..n)
+            .map(|_| app.turn_starting_in_background("s"))
+            .collect::<Vec<_>>()
+    };
+    for reply in join_all(burst(20)).await {
+        let reply = reply.unwrap();
+        assert!(
+            matches!(&reply, summarizer::client::Decision::Replied(r) if r.reason == Reason::BelowThreshold),
+            "{reply:?}"
+        );
+    }
+    until_pending(&app, "s").await;
+    for reply in join_all(burst(20)).await {
+        reply.unwrap();
+    }
+    let started: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pending_summaries WHERE session_id = 's'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(started, 1);
+    assert_eq!(
+        app.llm_requests().await,
+        1,
+        "one precompute across the fleet"
+    );
+    app.append_turn("s", 4).await;
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    assert_eq!(app.llm_requests().await, 1);
+}
+
+#[tokio::test]
+async fn a_worker_killed_during_a_precompute_leaves_no_pending_row_and_the_session_compacts_later()
+{
+    let mut app = setup(&[ON, ("LEASE_DURATION_MS", "1500"), ("HTTP_ADDR", "")]).await;
+    app.llm_first_then_summary(
+        crate::helpers::completion(SUMMARY).set_delay(Duration::from_secs(30)),
+    )
+    .await;
+    let worker = WorkerProcess::spawn(&app.env(&[]));
+    worker.wait_for_log("worker ready").await;
+    in_the_band(&app, "s").await;
+    assert_eq!(app.turn_starting("s").await.reason, Reason::BelowThreshold);
+    app.until_llm_called(1).await;
+    assert!(
+        app.lease_owner("s").await.is_some(),
+        "the precompute holds the lease"
+    );
+    worker.signal("KILL").await;
+
+    assert_eq!(pending_cut(&app, "s").await, None, "nothing half written");
+    eventually("the dead precompute's lease to expire", || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT lease_expires_at < now() FROM sessions WHERE session_id = 's'",
+        )
+        .fetch_one(&app.db)
+        .await
+        .unwrap()
+    })
+    .await;
+    app.start_worker(&[]).await;
+    app.append_turn("s", 4).await;
+    let reply = app.turn_starting("s").await;
+    assert_eq!(reply.status, Status::Compacted);
+    assert_eq!(app.usage_events("s").await[0].4.get("precomputed"), None);
+    assert!(app.check().await.is_clean());
+}
+
+/// A summarizer that panics: a bug in it must not take the worker or the lease down.
+struct Panicking;
+
+impl Summarizer for Panicking {
+    fn summarize<'a>(&'a self, _: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
+        Box::pin(async { panic!("summarizer bug") })
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_precompute_gives_the_lease_back_and_the_worker_serves_on() {
+    let mut app = setup(&[ON, ("FAILURE_BACKOFF_MS", "0")]).await;
+    app.start_worker_with_summarizer(Arc::new(Panicking), &[])
+        .await;
+    in_the_band(&app, "s").await;
+    assert_eq!(app.turn_starting("s").await.reason, Reason::BelowThreshold);
+    eventually("the lease to be given back", || async {
+        app.lease_owner("s").await.is_none()
+            && metric(
+                &metrics(&app).await,
+                "summarizer_precomputes_finished_total{outcome=\"failed\"}",
+            ) == 1.0
+    })
+    .await;
+    assert_eq!(pending_cut(&app, "s").await, None);
+    // The worker still answers, this session and others.
+    app.append_turns("other", 1).await;
+    assert_eq!(
+        app.turn_starting("other").await.reason,
+        Reason::BelowThreshold
+    );
+}
+
+#[tokio::test]
+async fn with_precompute_off_no_summary_is_prepared() {
+    let app = spawn_app_with(&[]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    in_the_band(&app, "s").await;
+    assert_eq!(app.turn_starting("s").await.reason, Reason::BelowThreshold);
+    app.append_turn("s", 4).await;
+    // The crossing turn compacted with its own LLM call, and nothing was ever pending:
+    // had a precompute started at the band turn, its call would be counted here.
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    assert_eq!(app.llm_requests().await, 1);
+    let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM pending_summaries")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(pending, 0);
+    assert_eq!(app.usage_events("s").await[0].4.get("precomputed"), None);
+    let text = metrics(&app).await;
+    assert_eq!(metric(&text, "summarizer_precomputes_started_total"), 0.0);
+    let stats = &app.stats().await["summary"];
+    assert_eq!(stats["total_precomputed"], 0);
+}
