@@ -30,6 +30,11 @@ struct Counts {
 }
 
 impl FakeLlm {
+    /// Calls answered so far (failures not included).
+    pub fn answered(&self) -> u64 {
+        self.counts.answered.load(Ordering::Relaxed)
+    }
+
     pub fn summary(&self) -> String {
         format!(
             "fake LLM answered {} calls and failed {}",

@@ -95,11 +95,21 @@ async fn the_benchmark_smoke_run_reports_every_figure() {
     // No target is asserted (a smoke run on a shared CI machine measures little), but
     // every figure must be there and be a real measurement.
     let targets = report["targets"].as_array().unwrap();
-    assert_eq!(targets.len(), 9, "{stdout}");
+    assert_eq!(targets.len(), 11, "{stdout}");
     for target in targets {
         assert!(target["ours"].as_f64().unwrap() > 0.0, "{target}");
         assert!(target["baseline"].as_f64().unwrap() > 0.0, "{target}");
     }
+    // The precompute scenario compacted from pending summaries, and counted its calls.
+    let precompute = &report["measurements"]["precompute"];
+    assert!(
+        precompute["precomputed"].as_i64().unwrap() > 0,
+        "{precompute}"
+    );
+    assert!(
+        precompute["llm_calls"].as_u64().unwrap() > 0,
+        "{precompute}"
+    );
     for series in ["nats_echo", "postgres_select", "noop", "noop_by_length"] {
         assert_eq!(
             report["measurements"][series].as_array().unwrap().len(),

@@ -7,9 +7,12 @@
 //! the no-op path end to end; the no-op path on a 10,000-message session; the compaction
 //! path against the Little's-law bound; the worker's own cost per compaction without the
 //! LLM; its cost to compact a 2 MB old part in chunks within the token budget, with an
-//! LLM that answers at once; and the worker's resident memory.
+//! LLM that answers at once; the turn that crosses the threshold with and without a
+//! pending summary, against a bare commit (`precompute`); and the worker's resident
+//! memory.
 
 mod load;
+mod precompute;
 mod report;
 mod seed;
 
@@ -62,6 +65,9 @@ pub struct BenchArgs {
     /// the worker meanwhile).
     #[arg(long, hide = true)]
     pub only_noop: Option<usize>,
+    /// Run only the precompute scenario (issue 12).
+    #[arg(long, hide = true)]
+    pub only_precompute: bool,
 }
 
 /// How many operations each figure takes.
@@ -74,6 +80,8 @@ struct Sizes {
     cost_sessions: usize,
     /// 2 MB sessions compacted in chunks (one more, untimed, first).
     chunked_sessions: usize,
+    precompute: precompute::Scale,
+    only_precompute: bool,
 }
 
 impl Sizes {
@@ -87,6 +95,12 @@ impl Sizes {
                 compactions: 128,
                 cost_sessions: 5,
                 chunked_sessions: 2,
+                precompute: precompute::Scale {
+                    agents: 4,
+                    cycles: 2,
+                    bare_commits: 100,
+                },
+                only_precompute: args.only_precompute,
             }
         } else {
             Self {
@@ -97,6 +111,12 @@ impl Sizes {
                 compactions: 1_280,
                 cost_sessions: 40,
                 chunked_sessions: 10,
+                precompute: precompute::Scale {
+                    agents: 16,
+                    cycles: 4,
+                    bare_commits: 300,
+                },
+                only_precompute: args.only_precompute,
             }
         }
     }
@@ -145,6 +165,14 @@ async fn measure(
     db: &Scratch,
 ) -> anyhow::Result<Report> {
     let (database_url, store) = (db.url.as_str(), &db.store);
+    let nats = || async { summarizer::transport::connect_once(settings, "summarizer-bench").await };
+    if sizes.only_precompute {
+        let figures = precompute::measure(db, tag, nats().await?, sizes.precompute).await?;
+        return Ok(Report {
+            precompute: Some(figures),
+            ..Report::default()
+        });
+    }
     let seeded = seed::sessions(
         &db.agents,
         sizes.compactions,
@@ -159,7 +187,6 @@ async fn measure(
     .await?;
     let subject = format!("summarizer.bench.{tag}.turn.starting");
     let mut worker = spawn_worker(database_url, &subject, tag, &llm.url)?;
-    let nats = || async { summarizer::transport::connect_once(settings, "summarizer-bench").await };
     let client = TurnClient::new(nats().await?, subject);
     wait_ready(&client, &seeded.small[0]).await?;
     let pid = worker.id().context("the worker exited")?;
@@ -278,6 +305,7 @@ async fn measure(
     report.rss_peak_mb = rss_kb(pid, "VmHWM")? as f64 / 1024.0;
     worker_process::stop(&mut worker, "TERM").await;
 
+    report.precompute = Some(precompute::measure(db, tag, nats().await?, sizes.precompute).await?);
     report.worker_cost = Some(worker_cost(store, &seeded.thousand).await?);
     let (cost, requests) = chunked_cost(store, &seeded.two_mb).await?;
     report.chunked_cost = Some(cost);
@@ -345,6 +373,8 @@ fn in_process_policy() -> Policy {
         // The default: the fact check is part of the worker's cost per compaction.
         fact_check: summarizer::config::FactCheck::default(),
         llm_deadline: Duration::from_secs(60),
+        concurrency: 64,
+        precompute: summarizer::config::Precompute::default(),
     }
 }
 

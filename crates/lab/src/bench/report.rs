@@ -5,6 +5,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::load::Measurement;
+use super::precompute::PrecomputeFigures;
 
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
@@ -31,6 +32,8 @@ pub struct Report {
     /// The stats query over `usage_events` usage events.
     pub stats: Option<Measurement>,
     pub usage_events: usize,
+    /// Compaction turns with precompute off and at 0.8, and the bare commit.
+    pub precompute: Option<PrecomputeFigures>,
 }
 
 /// One target of the issue, checked.
@@ -152,6 +155,32 @@ impl Report {
                 "<= 50 ms",
             ));
         }
+        if let Some(p) = &self.precompute {
+            let ratio = p.on.p50_us / p.bare_commit.p50_us;
+            targets.push(Target {
+                figure: "compaction turn p50, precompute 0.8 (vs bare commit)".to_owned(),
+                ours: p.on.p50_us / 1000.0,
+                baseline: p.bare_commit.p50_us / 1000.0,
+                unit: "ms",
+                ratio,
+                target: "<= 2.0x",
+                met: ratio <= 2.0,
+            });
+            let ratio = p.off.p50_us / p.on.p50_us;
+            targets.push(Target {
+                figure: "compaction turn p50, precompute off (vs 0.8), LLM 2 s".to_owned(),
+                ours: p.off.p50_us / 1000.0,
+                baseline: p.on.p50_us / 1000.0,
+                unit: "ms",
+                ratio,
+                target: ">= 20x",
+                met: ratio >= 20.0,
+            });
+        }
+        if self.rss_idle_mb == 0.0 {
+            // A partial run (`--only-precompute`) measured no worker memory.
+            return targets;
+        }
         targets.push(Target::at_most(
             "worker resident memory, idle",
             self.rss_idle_mb,
@@ -210,6 +239,21 @@ impl fmt::Display for Report {
                 f,
                 &format!("stats query, {} usage events", self.usage_events),
                 m,
+            )?;
+        }
+        if let Some(p) = &self.precompute {
+            row(f, "compaction turn, precompute off (LLM 2 s)", &p.off)?;
+            row(f, "compaction turn, precompute 0.8", &p.on)?;
+            row(f, "bare compaction commit", &p.bare_commit)?;
+            writeln!(
+                f,
+                "  precompute 0.8: {} LLM calls, {} compactions, {:.0}% from a pending summary, \
+                 {:.1}% of calls wasted, {} turns busy",
+                p.llm_calls,
+                p.compactions,
+                100.0 * p.served_share(),
+                100.0 * p.wasted_share(),
+                p.busy
             )?;
         }
         writeln!(
