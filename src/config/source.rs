@@ -86,13 +86,32 @@ impl Raw {
         }
     }
 
-    /// A positive number of milliseconds.
+    /// A positive number of milliseconds, at most [`MAX_MILLIS`].
     pub fn millis(&self, setting: &Setting) -> Result<Duration, ConfigError> {
-        self.positive(setting).map(Duration::from_millis)
+        self.positive(setting)
+            .and_then(|ms| at_most_a_year(setting, ms))
     }
 
-    /// A number of milliseconds where zero means "off".
+    /// A number of milliseconds where zero means "off", at most [`MAX_MILLIS`].
     pub fn millis_or_zero(&self, setting: &Setting) -> Result<Duration, ConfigError> {
-        self.parse(setting).map(Duration::from_millis)
+        self.parse(setting)
+            .and_then(|ms| at_most_a_year(setting, ms))
     }
+}
+
+/// The longest duration a setting may hold: a year. Durations end up added to the clock,
+/// in the worker (`Instant + Duration` panics past the clock's range) and in SQL (an
+/// interval past Postgres's range fails every statement that uses it: a
+/// `LEASE_DURATION_MS` of 2^63 made every compaction a store error); a year is past
+/// any sensible lease, backoff, timeout or TTL.
+pub const MAX_MILLIS: u64 = 365 * 24 * 3600 * 1000;
+
+fn at_most_a_year(setting: &Setting, ms: u64) -> Result<Duration, ConfigError> {
+    if ms > MAX_MILLIS {
+        return Err(ConfigError::invalid(
+            setting.name,
+            format!("must be at most {MAX_MILLIS} ms (a year), got {ms}"),
+        ));
+    }
+    Ok(Duration::from_millis(ms))
 }

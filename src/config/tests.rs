@@ -398,3 +398,42 @@ fn a_fact_check_mode_or_minimum_recall_out_of_range_is_refused_naming_its_settin
         .to_string();
     assert!(message.contains("a fraction from 0 to 1"), "{message}");
 }
+
+#[test]
+fn a_duration_past_a_year_is_refused_at_start_naming_the_setting() {
+    // A lease of 2^63 ms made every compaction's SQL fail ("interval out of range"); a
+    // deadline of 2^64 - 1 would overflow the clock.
+    for name in [
+        "LEASE_DURATION_MS",
+        "PRECOMPUTE_TTL",
+        "FAILURE_BACKOFF_MAX_MS",
+        "LLM_DEADLINE_MS",
+        "LLM_TIMEOUT_MS",
+    ] {
+        for huge in ["9223372036854775807", "18446744073709551615", "31536000001"] {
+            let err = load(&[(name, huge)]).unwrap_err();
+            assert!(err.to_string().contains("at most 31536000000 ms"), "{err}");
+            assert_eq!(setting_of(err), name);
+        }
+    }
+}
+
+#[test]
+fn precompute_at_is_off_by_default_and_a_fraction_below_one() {
+    let settings = load(&[]).unwrap();
+    assert!(!settings.precompute.enabled());
+    assert_eq!(settings.precompute.concurrency, 4);
+    assert_eq!(
+        settings.precompute.ttl,
+        std::time::Duration::from_secs(3600)
+    );
+    let on = load(&[("SUMMARIZATION_PRECOMPUTE_AT", "0.8")]).unwrap();
+    assert!(on.precompute.wanted(48_001, 60_000));
+    assert!(!on.precompute.wanted(48_000, 60_000), "strictly above");
+    for bad in ["1", "1.5", "-0.1", "NaN", "inf", "80%"] {
+        let err = load(&[("SUMMARIZATION_PRECOMPUTE_AT", bad)]).unwrap_err();
+        assert_eq!(setting_of(err), "SUMMARIZATION_PRECOMPUTE_AT", "{bad}");
+    }
+    let err = load(&[("PRECOMPUTE_CONCURRENCY", "0")]).unwrap_err();
+    assert_eq!(setting_of(err), "PRECOMPUTE_CONCURRENCY");
+}

@@ -453,3 +453,21 @@ async fn with_precompute_off_no_summary_is_prepared() {
     let stats = &app.stats().await["summary"];
     assert_eq!(stats["total_precomputed"], 0);
 }
+
+#[tokio::test]
+async fn a_worker_stopped_during_a_precompute_gives_the_lease_back_and_writes_nothing() {
+    let mut app = setup(&[ON]).await;
+    app.start_worker(&[]).await;
+    app.llm_answers(SUMMARY, Duration::from_secs(2)).await;
+    in_the_band(&app, "s").await;
+    assert_eq!(app.turn_starting("s").await.reason, Reason::BelowThreshold);
+    app.until_llm_called(1).await;
+    assert!(app.lease_owner("s").await.is_some());
+
+    // SIGTERM as the in-process worker gets it: no event is in flight, so the drain does
+    // not wait for the background precompute (had it waited, the 2 s summary would have
+    // been stored); it abandons it.
+    app.stop_workers().await;
+    assert_eq!(app.lease_owner("s").await, None);
+    assert_eq!(pending_cut(&app, "s").await, None);
+}
