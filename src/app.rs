@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Settings, redact_url};
 use crate::health::{Health, StartBackoff};
+use crate::jobs::{self, JobServer};
 use crate::llm::Summarizer;
 use crate::metrics::Metrics;
 use crate::store::{PgStore, is_unreachable};
@@ -168,31 +169,91 @@ impl Application {
         else {
             return Ok(());
         };
-        let subscriber = client
-            .queue_subscribe(settings.subject.clone(), settings.queue_group.clone())
-            .await
-            .context("subscribing")?;
-        // The server has the subscription once the flush returns: events sent from now on
-        // reach this worker.
-        client.flush().await.context("subscribing")?;
+        let transport = settings.jobs.transport;
+        let requests = if transport.serves_requests() {
+            let subscriber = client
+                .queue_subscribe(settings.subject.clone(), settings.queue_group.clone())
+                .await
+                .context("subscribing")?;
+            // The server has the subscription once the flush returns: events sent from
+            // now on reach this worker.
+            client.flush().await.context("subscribing")?;
+            Some(Server {
+                client: client.clone(),
+                subscriber,
+                worker: self.worker.clone(),
+                health: self.health.clone(),
+                concurrency: settings.concurrency,
+                shutdown_grace: settings.shutdown_grace,
+            })
+        } else {
+            None
+        };
+        let jobs = if transport.serves_jobs() {
+            let Some(consumer) = self.bind_jobs(&client, shutdown).await? else {
+                return Ok(());
+            };
+            Some(JobServer {
+                client: client.clone(),
+                consumer,
+                worker: self.worker.clone(),
+                store: self.store.clone(),
+                jobs: settings.jobs.clone(),
+                concurrency: settings.concurrency,
+                shutdown_grace: settings.shutdown_grace,
+            })
+        } else {
+            None
+        };
         self.health.set_subscribed(client.clone());
         tracing::info!(
             worker = self.worker.id(),
+            transport = transport.as_str(),
             subject = %settings.subject,
             queue_group = %settings.queue_group,
+            jobs = %settings.jobs.stream_subjects(),
             concurrency = settings.concurrency,
             "worker ready"
         );
-        let server = Server {
-            client,
-            subscriber,
-            worker: self.worker.clone(),
-            health: self.health.clone(),
-            concurrency: settings.concurrency,
-            shutdown_grace: settings.shutdown_grace,
+        let serve_requests = async {
+            if let Some(server) = requests {
+                server.run(shutdown.clone()).await;
+            }
         };
-        server.run(shutdown.clone()).await;
+        let serve_jobs = async {
+            if let Some(server) = jobs {
+                server.run(shutdown.clone()).await;
+            }
+        };
+        tokio::join!(serve_requests, serve_jobs);
+        // Compactions whose events were abandoned give their leases back.
+        self.worker
+            .abandon_compactions(transport::ABANDON_WAIT)
+            .await;
+        transport::flush_replies(&client).await;
         Ok(())
+    }
+
+    /// Creates or binds the job stream and consumer, waiting with backoff while
+    /// JetStream does not answer. `None` when `shutdown` fired first.
+    async fn bind_jobs(
+        &self,
+        client: &async_nats::Client,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Option<async_nats::jetstream::consumer::PullConsumer>> {
+        let mut backoff = StartBackoff::default();
+        loop {
+            let error = match jobs::bind(client, &self.settings.jobs).await {
+                Ok(consumer) => return Ok(Some(consumer)),
+                Err(e) => e,
+            };
+            if !backoff
+                .wait("the JetStream job stream", &*error, shutdown)
+                .await
+            {
+                return Ok(None);
+            }
+        }
     }
 
     /// Applies the migrations, waiting with backoff while Postgres is unreachable.

@@ -1,5 +1,5 @@
 //! The `summarizer` command line: `worker`, `migrate`, `stats`, `session`, `restore`,
-//! `prune-archive`, `check`, `repair`, `turn` and `demo`. (`bench` and `chaos` are the
+//! `prune-archive`, `check`, `repair`, `turn`, `dead-letters`, `demo` and `eval`. (`bench` and `chaos` are the
 //! lab's: `summarizer-lab`.)
 
 use std::future::Future;
@@ -105,11 +105,41 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
     },
+    /// The durable job queue's dead letters (TRANSPORT=jetstream|both): jobs that failed
+    /// JETSTREAM_MAX_DELIVER times.
+    DeadLetters {
+        #[command(subcommand)]
+        action: DeadLetterAction,
+    },
     /// Play a scripted incident investigation against an in-process worker.
     Demo(demo::DemoArgs),
     /// Measure how many facts the summarizers keep, on the corpus of scripted
     /// investigations (no database, no NATS).
     Eval(crate::eval::EvalArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum DeadLetterAction {
+    /// List them, oldest first: those not replayed yet, or all with --all.
+    List {
+        #[arg(long)]
+        all: bool,
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish them again to the job stream, as they were first published: the given
+    /// ids, or every one not replayed yet with --all. Each is replayed once.
+    Replay {
+        ids: Vec<i64>,
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+    },
+    /// Delete the replayed ones, or all with --all.
+    Purge {
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -263,6 +293,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 .await;
             return Ok(print_decision(&decision));
         }
+        Command::DeadLetters { action } => return dead_letters(&settings, action).await,
         Command::Demo(args) => demo::run(settings, args).await?,
         Command::Eval(args) => crate::eval::run(settings, args).await?,
     }
@@ -317,6 +348,86 @@ async fn change_session(
         },
     });
     println!("{}", serde_json::to_string_pretty(&printed)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `summarizer dead-letters list|replay|purge`.
+async fn dead_letters(settings: &Settings, action: DeadLetterAction) -> anyhow::Result<ExitCode> {
+    let store = store(settings)?;
+    match action {
+        DeadLetterAction::List { all, json } => {
+            let letters = store
+                .dead_letters(all)
+                .await
+                .context("reading dead letters")?;
+            if json {
+                println!("{}", serde_json::to_string(&letters)?);
+            } else {
+                for d in &letters {
+                    println!(
+                        "{:>6}  {}  session={}  deliveries={}  replayed={}  error: {}",
+                        d.id,
+                        d.created_at,
+                        d.session_id.as_deref().unwrap_or("-"),
+                        d.deliveries,
+                        d.replayed_at.as_deref().unwrap_or("no"),
+                        crate::telemetry::Escaped::new(&d.last_error),
+                    );
+                }
+                println!("{} dead letters", letters.len());
+            }
+        }
+        DeadLetterAction::Replay { ids, all } => {
+            let letters = store
+                .dead_letters(false)
+                .await
+                .context("reading dead letters")?;
+            let chosen: Vec<_> = letters
+                .into_iter()
+                .filter(|d| all || ids.contains(&d.id))
+                .collect();
+            if chosen.is_empty() {
+                eprintln!("nothing to replay (replayed ones are not replayed again)");
+                return Ok(ExitCode::FAILURE);
+            }
+            let nats = transport::connect_once(settings, "summarizer-dead-letters").await?;
+            let jetstream = async_nats::jetstream::new(nats);
+            let mut replayed = 0;
+            for letter in chosen {
+                if !store.mark_replayed(letter.id).await? {
+                    continue;
+                }
+                let mut headers = async_nats::HeaderMap::new();
+                let msg_id = format!(
+                    "{}-replay-{}",
+                    letter.msg_id.as_deref().unwrap_or("job"),
+                    letter.id
+                );
+                headers.insert("Nats-Msg-Id", msg_id.as_str());
+                let published = async {
+                    jetstream
+                        .publish_with_headers(
+                            letter.subject.clone(),
+                            headers,
+                            letter.payload.clone().into(),
+                        )
+                        .await?
+                        .await
+                }
+                .await;
+                if let Err(e) = published {
+                    store.unmark_replayed(letter.id).await?;
+                    return Err(anyhow::anyhow!("replaying dead letter {}: {e}", letter.id));
+                }
+                replayed += 1;
+            }
+            println!("replayed {replayed} dead letters");
+        }
+        DeadLetterAction::Purge { all } => {
+            let deleted = store.purge_dead_letters(all).await?;
+            println!("deleted {deleted} dead letters");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

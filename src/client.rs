@@ -2,3 +2,4 @@
 //! "proceed".
 
 pub use summarizer_client::client::*;
+pub use summarizer_client::jobs::{JobPublisher, Published, job_subject};

@@ -47,6 +47,7 @@ pub mod fact_check;
 pub mod facts;
 pub mod health;
 pub mod http;
+pub mod jobs;
 pub mod llm;
 pub mod message;
 pub mod metrics;

@@ -68,6 +68,9 @@ pub struct Metrics {
     precomputes_used: Counter,
     precomputes_discarded: Family<ReasonLabels, Counter>,
     compaction_turn_seconds: TurnHistograms,
+    jobs: Family<OutcomeLabels, Counter>,
+    job_redeliveries: Counter,
+    dead_letters: Counter,
     in_flight: Gauge,
     lease_conflicts: Counter,
     pool_connections: Gauge,
@@ -98,6 +101,9 @@ impl Metrics {
         let precomputes_used = Counter::default();
         let precomputes_discarded = Family::<ReasonLabels, Counter>::default();
         let compaction_turn_seconds = TurnHistograms::new_with_constructor(turn_histogram);
+        let jobs = Family::<OutcomeLabels, Counter>::default();
+        let job_redeliveries = Counter::default();
+        let dead_letters = Counter::default();
         let in_flight: Gauge = Gauge::default();
         let limit: Gauge = Gauge::default();
         limit.set(i64::try_from(concurrency).unwrap_or(i64::MAX));
@@ -171,6 +177,21 @@ impl Metrics {
             compaction_turn_seconds.clone(),
         );
         r.register(
+            "jobs",
+            "JetStream jobs settled, by outcome: acked, nacked, terminated, dead_lettered",
+            jobs.clone(),
+        );
+        r.register(
+            "job_redeliveries",
+            "JetStream jobs delivered again (after a nak, an ack wait or a worker's death)",
+            job_redeliveries.clone(),
+        );
+        r.register(
+            "dead_letters",
+            "JetStream jobs moved to the dead_letters table after JETSTREAM_MAX_DELIVER deliveries",
+            dead_letters.clone(),
+        );
+        r.register(
             "events_in_flight",
             "Events being processed now",
             in_flight.clone(),
@@ -210,6 +231,9 @@ impl Metrics {
             precomputes_used,
             precomputes_discarded,
             compaction_turn_seconds,
+            jobs,
+            job_redeliveries,
+            dead_letters,
             in_flight,
             lease_conflicts,
             pool_connections,
@@ -300,6 +324,19 @@ impl Metrics {
         self.compaction_turn_seconds
             .get_or_create(&PrecomputedLabels { precomputed })
             .observe(seconds);
+    }
+
+    /// A job settled: `acked`, `nacked`, `terminated` or `dead_lettered`.
+    pub fn job(&self, outcome: &'static str) {
+        self.jobs.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    pub fn job_redelivered(&self) {
+        self.job_redeliveries.inc();
+    }
+
+    pub fn dead_lettered(&self) {
+        self.dead_letters.inc();
     }
 
     /// Marks an event in flight until the guard drops.

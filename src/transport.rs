@@ -101,21 +101,21 @@ impl Server {
                 }
             }
         }
-        // Dropping an event's future leaves its compaction task running: have those give
-        // their leases back.
-        drop(in_flight);
-        self.worker.abandon_compactions(ABANDON_WAIT).await;
-        self.flush_replies().await;
+        // Dropping an event's future leaves its compaction task running: the caller has
+        // those give their leases back (`Worker::abandon_compactions`) once every
+        // transport has stopped, then flushes the replies.
     }
+}
 
-    /// Flushes the replies, unless NATS is unreachable: a flush would then wait for a
-    /// reconnection that may never come, and the replies are lost anyway.
-    async fn flush_replies(&self) {
-        if self.client.connection_state() != State::Connected {
+/// Flushes the replies, unless NATS is unreachable: a flush would then wait for a
+/// reconnection that may never come, and the replies are lost anyway.
+pub async fn flush_replies(client: &Client) {
+    {
+        if client.connection_state() != State::Connected {
             tracing::warn!("NATS is unreachable: replies not yet sent are lost");
             return;
         }
-        match tokio::time::timeout(ABANDON_WAIT, self.client.flush()).await {
+        match tokio::time::timeout(ABANDON_WAIT, client.flush()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "could not flush replies"),
             Err(_) => tracing::warn!("could not flush replies in time"),
@@ -125,7 +125,7 @@ impl Server {
 
 /// How long, after the serving loop, abandoned compactions get to give their leases
 /// back, and the replies to be flushed: a few round trips each.
-const ABANDON_WAIT: Duration = Duration::from_secs(2);
+pub const ABANDON_WAIT: Duration = Duration::from_secs(2);
 
 /// The drain's progress, from the shutdown signal on.
 struct Drain {

@@ -30,8 +30,8 @@ use std::time::Duration;
 
 pub use secret::{REDACTED, Secret, redact_url, url_credentials, url_secrets};
 pub use sections::{
-    Bounds, FactCheck, FactCheckMode, FallbackMode, Limits, LlmSettings, NatsAuth, Precompute,
-    Provider,
+    Bounds, FactCheck, FactCheckMode, FallbackMode, Jobs, Limits, LlmSettings, NatsAuth,
+    Precompute, Provider, Transport,
 };
 pub use table::{Kind, SETTINGS, Setting};
 
@@ -95,6 +95,8 @@ pub struct Settings {
     pub nats_auth: NatsAuth,
     pub subject: String,
     pub queue_group: String,
+    /// `TRANSPORT` and the JetStream job queue's settings.
+    pub jobs: Jobs,
     pub concurrency: usize,
     /// `None` when `HTTP_ADDR` is empty: no HTTP listener.
     pub http_addr: Option<SocketAddr>,
@@ -137,7 +139,7 @@ impl Settings {
             raw.parse(&table::SUMMARIZATION_ENABLED)?,
             (Limits::read(&raw)?, Bounds::read(&raw)?),
             Database::read(&raw)?,
-            Nats::read(&raw)?,
+            (Nats::read(&raw)?, Jobs::read(&raw)?),
             (LlmSettings::read(&raw)?, FactCheck::read(&raw)?),
             (Fleet::read(&raw)?, Precompute::read(&raw)?),
         );
@@ -149,7 +151,7 @@ impl Settings {
         enabled: bool,
         (limits, bounds): (Limits, Bounds),
         database: Database,
-        nats: Nats,
+        (nats, jobs): (Nats, Jobs),
         (llm, fact_check): (LlmSettings, FactCheck),
         (fleet, precompute): (Fleet, Precompute),
     ) -> Self {
@@ -164,6 +166,7 @@ impl Settings {
             nats_auth: nats.auth,
             subject: nats.subject,
             queue_group: nats.queue_group,
+            jobs,
             concurrency: fleet.concurrency,
             http_addr: fleet.http_addr,
             llm,

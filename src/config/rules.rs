@@ -70,6 +70,23 @@ impl Settings {
                 "NATS_TLS_CERT_FILE and NATS_TLS_KEY_FILE go together".into(),
             );
         }
+        // A stream on the request subject would answer every request with its publish ack.
+        if self.jobs.transport.serves_jobs()
+            && summarizer_client::jobs::subjects_overlap(
+                &self.jobs.stream_subjects(),
+                &self.subject,
+            )
+        {
+            return fail(
+                &JETSTREAM_SUBJECT_PREFIX,
+                format!(
+                    "the job stream's subjects {} overlap NATS_SUBJECT ({}): the stream would \
+                     answer requests with its publish acks; choose a prefix apart from it",
+                    self.jobs.stream_subjects(),
+                    self.subject
+                ),
+            );
+        }
         if self.failure_backoff_max < self.failure_backoff {
             return fail(
                 &FAILURE_BACKOFF_MAX_MS,

@@ -455,6 +455,100 @@ impl Precompute {
     }
 }
 
+/// `TRANSPORT`: where events come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Core NATS request/reply on `NATS_SUBJECT` (the seed's behaviour).
+    Core,
+    /// Durable jobs pulled from the JetStream work queue.
+    JetStream,
+    Both,
+}
+
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Core => "core",
+            Self::JetStream => "jetstream",
+            Self::Both => "both",
+        }
+    }
+
+    pub fn serves_requests(self) -> bool {
+        matches!(self, Self::Core | Self::Both)
+    }
+
+    pub fn serves_jobs(self) -> bool {
+        matches!(self, Self::JetStream | Self::Both)
+    }
+}
+
+impl FromStr for Transport {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "core" => Ok(Self::Core),
+            "jetstream" => Ok(Self::JetStream),
+            "both" => Ok(Self::Both),
+            other => Err(format!(
+                "unknown transport {other:?}; expected \"core\", \"jetstream\" or \"both\""
+            )),
+        }
+    }
+}
+
+/// The durable job queue (`TRANSPORT=jetstream|both`; see `crate::jobs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Jobs {
+    pub transport: Transport,
+    pub stream: String,
+    pub consumer: String,
+    /// Jobs are published under `<subject_prefix>.`; the stream takes `<subject_prefix>.>`.
+    pub subject_prefix: String,
+    /// Deliveries of a failing job before it is dead-lettered.
+    pub max_deliver: i64,
+    pub ack_wait: Duration,
+}
+
+impl Jobs {
+    pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        let prefix = raw.non_empty(&JETSTREAM_SUBJECT_PREFIX)?;
+        let valid_token =
+            |t: &str| !t.is_empty() && t != "*" && t != ">" && !t.contains(char::is_whitespace);
+        if !prefix.split('.').all(valid_token) {
+            return Err(ConfigError::invalid(
+                JETSTREAM_SUBJECT_PREFIX.name,
+                format!("must be a subject without wildcards or spaces, got {prefix:?}"),
+            ));
+        }
+        // Stream and consumer names are single tokens to the server.
+        let name = |setting: &Setting| -> Result<String, ConfigError> {
+            let name = raw.non_empty(setting)?;
+            if name.contains(['.', '*', '>', ' ', '/', '\\']) {
+                return Err(ConfigError::invalid(
+                    setting.name,
+                    format!("must not contain '.', '*', '>', '/', '\\' or spaces, got {name:?}"),
+                ));
+            }
+            Ok(name)
+        };
+        Ok(Self {
+            transport: raw.parse(&TRANSPORT)?,
+            stream: name(&JETSTREAM_STREAM)?,
+            consumer: name(&JETSTREAM_CONSUMER)?,
+            subject_prefix: prefix,
+            max_deliver: raw.positive(&JETSTREAM_MAX_DELIVER)?,
+            ack_wait: raw.millis(&JETSTREAM_ACK_WAIT_MS)?,
+        })
+    }
+
+    /// The stream's subjects: every job subject.
+    pub fn stream_subjects(&self) -> String {
+        format!("{}.>", self.subject_prefix)
+    }
+}
+
 /// The worker process: concurrency, leases, backoff, shutdown, HTTP and logs.
 #[derive(Clone, Debug)]
 pub(super) struct Fleet {

@@ -204,6 +204,48 @@ pub const NATS_QUEUE_GROUP: Setting = setting(
     Plain,
     |s| s.queue_group.clone(),
 );
+pub const TRANSPORT: Setting = setting(
+    "TRANSPORT",
+    "core",
+    "core (request/reply on NATS_SUBJECT), jetstream (durable jobs from a work-queue stream) or both",
+    Plain,
+    |s| s.jobs.transport.as_str().to_owned(),
+);
+pub const JETSTREAM_STREAM: Setting = setting(
+    "JETSTREAM_STREAM",
+    "SUMMARIZER_JOBS",
+    "jetstream, both: the WorkQueue stream created or bound on <prefix>.>",
+    Plain,
+    |s| s.jobs.stream.clone(),
+);
+pub const JETSTREAM_CONSUMER: Setting = setting(
+    "JETSTREAM_CONSUMER",
+    "summarizer-workers",
+    "the durable pull consumer the fleet shares",
+    Plain,
+    |s| s.jobs.consumer.clone(),
+);
+pub const JETSTREAM_SUBJECT_PREFIX: Setting = setting(
+    "JETSTREAM_SUBJECT_PREFIX",
+    "summarizer.jobs",
+    "jobs go to <prefix>.<hex sha256 of the session id>; must not overlap NATS_SUBJECT",
+    Plain,
+    |s| s.jobs.subject_prefix.clone(),
+);
+pub const JETSTREAM_MAX_DELIVER: Setting = setting(
+    "JETSTREAM_MAX_DELIVER",
+    "5",
+    "deliveries of a failing job before it is dead-lettered (table dead_letters)",
+    Plain,
+    |s| s.jobs.max_deliver.to_string(),
+);
+pub const JETSTREAM_ACK_WAIT_MS: Setting = setting(
+    "JETSTREAM_ACK_WAIT_MS",
+    "30000",
+    "a job not acked within this is redelivered; progress is sent every half of it while one runs",
+    Plain,
+    |s| ms(s.jobs.ack_wait),
+);
 pub const WORKER_CONCURRENCY: Setting = setting(
     "WORKER_CONCURRENCY",
     "32",
@@ -413,6 +455,12 @@ pub const SETTINGS: &[Setting] = &[
     NATS_TLS_REQUIRED,
     NATS_SUBJECT,
     NATS_QUEUE_GROUP,
+    TRANSPORT,
+    JETSTREAM_STREAM,
+    JETSTREAM_CONSUMER,
+    JETSTREAM_SUBJECT_PREFIX,
+    JETSTREAM_MAX_DELIVER,
+    JETSTREAM_ACK_WAIT_MS,
     WORKER_CONCURRENCY,
     HTTP_ADDR,
     LLM_PROVIDER,

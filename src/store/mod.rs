@@ -97,6 +97,7 @@ macro_rules! counters_from_sessions_sql {
 
 mod batch;
 mod check;
+mod dead_letters;
 mod pending;
 mod restore;
 mod settings;
@@ -104,6 +105,7 @@ mod stats;
 
 pub use batch::CounterReader;
 pub use check::{CounterDrift, Finding, Invariant, SessionCounts, Totals};
+pub use dead_letters::{DeadLetter, NewDeadLetter};
 pub use pending::{Applied, Discard, Saved};
 pub use restore::{CompactionView, Pruned, RestoreError, Restored, SessionView};
 pub use settings::SettingsError;

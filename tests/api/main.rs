@@ -15,6 +15,7 @@ mod fixtures;
 mod fleet;
 mod helpers;
 mod isolation;
+mod jobs;
 mod langchain;
 mod llm;
 mod operations;

@@ -2,7 +2,7 @@
 //!
 //! The worker uses these very types for its requests and replies, so an agent built on
 //! this crate and the fleet cannot disagree about the format. The crate depends on
-//! serde, serde_json, async-nats and tokio only.
+//! serde, serde_json, async-nats and tokio, plus sha2 and nuid for job subjects and ids.
 //!
 //! # Layout
 //! - [`outcome`]: what happened to an event ([`Outcome`]), and the reply's `status` and
@@ -10,14 +10,18 @@
 //! - [`protocol`]: the request and the reply as JSON, with the request's validation.
 //! - [`client`]: [`TurnClient`], which never fails its caller: whatever goes wrong, the
 //!   answer is "proceed".
+//! - [`jobs`]: [`JobPublisher`], which publishes the same request as a durable job to
+//!   the fleet's JetStream work queue.
 
 pub mod client;
+pub mod jobs;
 pub mod outcome;
 pub mod protocol;
 
 use std::hash::{BuildHasher, Hasher};
 
 pub use client::{Decision, TurnClient};
+pub use jobs::{JobPublisher, Published, job_subject};
 pub use outcome::{Compaction, Outcome, Reason, Status};
 pub use protocol::{InvalidRequest, Overrides, Reply, Request};
 

@@ -1,0 +1,452 @@
+//! The durable job queue (`TRANSPORT=jetstream` or `both`): turn-starting requests
+//! published to a JetStream WorkQueue stream, pulled by one durable consumer the fleet
+//! shares, so that a job published while no worker runs, or held by a worker that dies,
+//! is processed all the same.
+//!
+//! What a job gets, and why:
+//! - **Processed as a request** ([`Worker::process`]), and answered the same way on its
+//!   `Reply-To` header, if it has one (a pulled message has no NATS reply of its own).
+//! - **Acked after the outcome is final**: after the commit, or after a decision
+//!   (below the threshold, too few turns, no safe boundary, nothing to compact, unknown
+//!   session, disabled). The ack is confirmed by the server (`double_ack`); one that is
+//!   lost only means a redelivery, which finds the work done (a compaction's prefix is
+//!   gone once committed, so it is never applied twice).
+//! - **Nacked with a delay** when the outcome is transient: an LLM or store failure, a
+//!   session in backoff after one, a lease held by another worker (`busy`), a prefix
+//!   that changed meanwhile (`conflict`). The delay doubles per delivery from 1 s up to
+//!   a minute, so another worker retries it later.
+//! - **Dead-lettered** when it fails on its `JETSTREAM_MAX_DELIVER`-th delivery: a row
+//!   in `dead_letters` (`summarizer dead-letters list|replay|purge`), a metric, and an
+//!   ack, which removes it from the stream. A `busy` job is never dead-lettered for
+//!   being busy; a job that keeps taking workers down (never answered at all) is, at
+//!   twice the limit.
+//! - **Terminated** when it is malformed: it can never succeed.
+//! - **Kept alive**: while it runs longer than half of `JETSTREAM_ACK_WAIT_MS`, a
+//!   progress ack (`+WPI`) goes out every half of it, so a long LLM call is not handed to
+//!   another worker.
+//! - **At most `WORKER_CONCURRENCY` in flight** per worker: each pull asks for no more
+//!   than the room left.
+//! - **Drain**: SIGTERM stops pulling, nacks what was pulled but not started, and lets
+//!   what runs finish within the grace period; what is still running then is nacked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::Client;
+use async_nats::jetstream::consumer::pull::{self, Batch};
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer};
+use async_nats::jetstream::message::{AckKind, Message};
+use async_nats::jetstream::stream::{self, RetentionPolicy};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::Jobs;
+use crate::outcome::{Outcome, Reason};
+use crate::protocol::{Reply, Request};
+use crate::store::{NewDeadLetter, PgStore};
+use crate::worker::{Event, Worker, new_request_id};
+use summarizer_client::jobs::REPLY_TO_HEADER;
+
+/// The consumer's `max_ack_pending` when this worker creates it: room for a fleet of
+/// 300 workers at the default `WORKER_CONCURRENCY` (see the README on sizing).
+const MAX_ACK_PENDING: i64 = 10_000;
+/// How long a pull waits for jobs when the stream is empty.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+/// The stream's duplicate window for `Nats-Msg-Id`.
+const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// How long the drain waits for jobs still in the pull's buffer.
+const DRAIN_READ: Duration = Duration::from_millis(200);
+
+/// Creates the stream and the consumer, or binds them if they exist (their stored
+/// configuration is not changed: operators may have tuned it).
+///
+/// # Errors
+/// When JetStream is not enabled on the server, or refuses the stream (another stream
+/// already takes these subjects).
+pub async fn bind(client: &Client, jobs: &Jobs) -> anyhow::Result<PullConsumer> {
+    let jetstream = async_nats::jetstream::new(client.clone());
+    let stream = jetstream
+        .get_or_create_stream(stream::Config {
+            name: jobs.stream.clone(),
+            subjects: vec![jobs.stream_subjects()],
+            retention: RetentionPolicy::WorkQueue,
+            duplicate_window: DUPLICATE_WINDOW,
+            ..Default::default()
+        })
+        .await
+        .with_context(|| format!("creating or binding the JetStream stream {}", jobs.stream))?;
+    let consumer = stream
+        .get_or_create_consumer(
+            &jobs.consumer,
+            pull::Config {
+                durable_name: Some(jobs.consumer.clone()),
+                ack_policy: AckPolicy::Explicit,
+                ack_wait: jobs.ack_wait,
+                // Unlimited: the worker dead-letters (and removes) a failing job itself.
+                // A server-side limit would leave it in the stream, never delivered.
+                max_deliver: -1,
+                max_ack_pending: MAX_ACK_PENDING,
+                ..Default::default()
+            },
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "creating or binding the JetStream consumer {}",
+                jobs.consumer
+            )
+        })?;
+    Ok(consumer)
+}
+
+pub struct JobServer {
+    pub client: Client,
+    pub consumer: PullConsumer,
+    pub worker: Arc<Worker>,
+    pub store: PgStore,
+    pub jobs: Jobs,
+    pub concurrency: usize,
+    pub shutdown_grace: Duration,
+}
+
+impl JobServer {
+    /// Pulls and processes jobs until `shutdown` fires, then drains (see the module).
+    pub async fn run(self, shutdown: CancellationToken) {
+        let this = Arc::new(self);
+        let abandon = CancellationToken::new();
+        let mut in_flight = FuturesUnordered::new();
+        let mut batch: Option<Batch> = None;
+        let mut deadline: Option<Instant> = None;
+        let mut pull_failures = 0u32;
+        loop {
+            let draining = deadline.is_some();
+            if draining && in_flight.is_empty() {
+                break;
+            }
+            let room = this.concurrency.saturating_sub(in_flight.len());
+            if batch.is_none() && room > 0 && !draining {
+                match this
+                    .consumer
+                    .batch()
+                    .max_messages(room)
+                    .expires(PULL_EXPIRES)
+                    .messages()
+                    .await
+                {
+                    Ok(pulled) => {
+                        batch = Some(pulled);
+                        pull_failures = 0;
+                    }
+                    Err(e) => {
+                        pull_failures += 1;
+                        if pull_failures == 1 || pull_failures.is_power_of_two() {
+                            tracing::warn!(error = %e, failures = pull_failures, "could not pull jobs; retrying");
+                        }
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            () = shutdown.cancelled() => {}
+                        }
+                        if shutdown.is_cancelled() && deadline.is_none() {
+                            deadline = Some(Instant::now() + this.shutdown_grace);
+                        }
+                        continue;
+                    }
+                }
+            }
+            tokio::select! {
+                Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+                next = next_job(&mut batch), if batch.is_some() && !draining => match next {
+                    Some(Ok(message)) => in_flight.push(handle(this.clone(), message, abandon.clone())),
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "pull ended");
+                        batch = None;
+                    }
+                    None => batch = None,
+                },
+                () = shutdown.cancelled(), if !draining => {
+                    tracing::info!(in_flight = in_flight.len(), "draining jobs: no more pulls");
+                    deadline = Some(Instant::now() + this.shutdown_grace);
+                    if let Some(pulled) = batch.take() {
+                        nak_unstarted(pulled).await;
+                    }
+                }
+                () = sleep_until_opt(deadline) => {
+                    tracing::warn!(
+                        in_flight = in_flight.len(),
+                        "shutdown grace period over; nacking the jobs still running"
+                    );
+                    abandon.cancel();
+                    // Each gives its job back at once.
+                    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                        while in_flight.next().await.is_some() {}
+                    })
+                    .await;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The next job of the current pull.
+async fn next_job(
+    batch: &mut Option<Batch>,
+) -> Option<Result<Message, Box<dyn std::error::Error + Send + Sync>>> {
+    match batch {
+        Some(batch) => batch.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Gives back, at once, the jobs a pull delivered that were not started.
+async fn nak_unstarted(mut pulled: Batch) {
+    while let Ok(Some(Ok(message))) = tokio::time::timeout(DRAIN_READ, pulled.next()).await {
+        if let Err(e) = message.ack_with(AckKind::Nak(None)).await {
+            tracing::warn!(error = %e, "could not give back a job at shutdown; it returns after the ack wait");
+        }
+    }
+}
+
+/// What happens to a job after its outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settle {
+    Ack,
+    /// Transient: deliver again later, and dead-letter at the limit.
+    Retry,
+    /// The lease is held elsewhere: deliver again later, never dead-letter for it.
+    Busy,
+}
+
+fn settle(outcome: &Outcome) -> Settle {
+    match outcome {
+        Outcome::Busy => Settle::Busy,
+        Outcome::Failed { .. } | Outcome::Skipped(Reason::BackingOff | Reason::Conflict) => {
+            Settle::Retry
+        }
+        _ => Settle::Ack,
+    }
+}
+
+/// The delay before a job nacked on its `delivered`-th delivery comes again: 1 s,
+/// doubling, at most a minute.
+fn retry_delay(delivered: i64) -> Duration {
+    let exponent = u32::try_from(delivered.clamp(1, 7) - 1).unwrap_or(6);
+    Duration::from_secs(2u64.pow(exponent)).min(Duration::from_secs(60))
+}
+
+/// Processes one job and settles it.
+async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationToken) {
+    let worker = &server.worker;
+    let _in_flight = worker.metrics().in_flight();
+    let delivered = message.info().map_or(1, |info| info.delivered);
+    if delivered > 1 {
+        worker.metrics().job_redelivered();
+    }
+    let header = |name: &str| {
+        message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_owned())
+    };
+    let (reply_to, msg_id) = (header(REPLY_TO_HEADER), header("Nats-Msg-Id"));
+    let request = match Request::decode(&message.payload) {
+        Ok(request) => request,
+        Err(invalid) => {
+            let rid = new_request_id();
+            crate::telemetry::warn_rejected_request(&rid, &invalid);
+            let outcome = Outcome::Rejected {
+                detail: invalid.to_string(),
+            };
+            worker.metrics().event(&outcome);
+            reply(
+                &server.client,
+                reply_to.as_deref(),
+                &Reply::new(&outcome, None, Some(&rid), None, 0),
+            )
+            .await;
+            finish(&message, AckKind::Term, "terminated", worker).await;
+            return;
+        }
+    };
+    let event =
+        Event::new(request.session_id, request.request_id).with_overrides(request.overrides);
+    let rid = event.request_id.clone();
+    let span =
+        tracing::info_span!("job", request_id = %rid, session_id = %event.session_id, delivered);
+    async {
+        if delivered > 2 * server.jobs.max_deliver {
+            let error = format!("delivered {delivered} times without an answer (workers stopped or crashed while it ran)");
+            dead_letter(&server, &message, &event.session_id, msg_id.as_deref(), &error, delivered).await;
+            return;
+        }
+        let processing = worker.process(&event);
+        tokio::pin!(processing);
+        let half = server.jobs.ack_wait / 2;
+        let mut progress = tokio::time::interval_at(Instant::now() + half, half);
+        let processed = loop {
+            tokio::select! {
+                processed = &mut processing => break processed,
+                _ = progress.tick() => {
+                    if let Err(e) = message.ack_with(AckKind::Progress).await {
+                        tracing::warn!(error = %e, "could not send the job's progress");
+                    }
+                }
+                () = abandon.cancelled() => {
+                    finish(&message, AckKind::Nak(None), "nacked", worker).await;
+                    return;
+                }
+            }
+        };
+        worker.metrics().event(&processed.outcome);
+        let answer = Reply::new(
+            &processed.outcome,
+            Some(&event.session_id),
+            Some(&rid),
+            processed.session_chars,
+            processed.duration.as_millis() as u64,
+        )
+        .with_latest_compaction_id(processed.latest_compaction_id);
+        reply(&server.client, reply_to.as_deref(), &answer).await;
+        match settle(&processed.outcome) {
+            Settle::Ack => finish(&message, AckKind::Ack, "acked", worker).await,
+            Settle::Retry if delivered >= server.jobs.max_deliver => {
+                let error = match &processed.outcome {
+                    Outcome::Failed { detail, .. } => detail.clone(),
+                    other => format!("{}/{}", other.status().as_str(), other.reason().as_str()),
+                };
+                dead_letter(&server, &message, &event.session_id, msg_id.as_deref(), &error, delivered).await;
+            }
+            Settle::Retry | Settle::Busy => {
+                finish(&message, AckKind::Nak(Some(retry_delay(delivered))), "nacked", worker).await;
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+}
+
+/// Keeps the job in `dead_letters` and removes it from the stream. If it cannot be
+/// kept, it stays in the stream (nacked) and comes again.
+async fn dead_letter(
+    server: &JobServer,
+    message: &Message,
+    session_id: &str,
+    msg_id: Option<&str>,
+    error: &str,
+    delivered: i64,
+) {
+    let worker = &server.worker;
+    let kept = server
+        .store
+        .dead_letter(&NewDeadLetter {
+            session_id: Some(session_id),
+            subject: message.subject.as_str(),
+            msg_id,
+            payload: &String::from_utf8_lossy(&message.payload),
+            last_error: error,
+            deliveries: delivered,
+        })
+        .await;
+    match kept {
+        Ok(id) => {
+            tracing::warn!(
+                dead_letter = id,
+                deliveries = delivered,
+                "job dead-lettered: {error}"
+            );
+            worker.metrics().dead_lettered();
+            finish(message, AckKind::Ack, "dead_lettered", worker).await;
+        }
+        Err(e) => {
+            tracing::error!(
+                "could not dead-letter the job; it stays in the stream: {}",
+                crate::error_chain(&e)
+            );
+            finish(
+                message,
+                AckKind::Nak(Some(retry_delay(delivered))),
+                "nacked",
+                worker,
+            )
+            .await;
+        }
+    }
+}
+
+/// Settles the job; an ack is confirmed by the server.
+async fn finish(message: &Message, kind: AckKind, outcome: &'static str, worker: &Worker) {
+    let sent = match kind {
+        AckKind::Ack => message.double_ack().await,
+        other => message.ack_with(other).await,
+    };
+    match sent {
+        Ok(()) => worker.metrics().job(outcome),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "could not settle the job ({outcome}); it will be delivered again after the ack wait"
+        ),
+    }
+}
+
+async fn reply(client: &Client, to: Option<&str>, reply: &Reply) {
+    if let Some(to) = to
+        && let Err(e) = client.publish(to.to_owned(), reply.encode().into()).await
+    {
+        tracing::warn!(error = %e, "could not publish the job's reply");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Compaction;
+
+    #[test]
+    fn decisions_are_acked_and_transient_outcomes_retried() {
+        for reason in [
+            Reason::BelowThreshold,
+            Reason::TooFewTurns,
+            Reason::NoSafeBoundary,
+            Reason::NothingToCompact,
+            Reason::UnknownSession,
+            Reason::Disabled,
+        ] {
+            assert_eq!(settle(&Outcome::Skipped(reason)), Settle::Ack, "{reason:?}");
+        }
+        let compacted = Outcome::Compacted(Compaction {
+            compaction_id: 1,
+            messages_removed: 1,
+            chars_removed: 1,
+            messages_kept: 1,
+            summary_chars: 1,
+        });
+        assert_eq!(settle(&compacted), Settle::Ack);
+        for reason in [Reason::BackingOff, Reason::Conflict] {
+            assert_eq!(settle(&Outcome::Skipped(reason)), Settle::Retry);
+        }
+        let failed = Outcome::Failed {
+            reason: Reason::LlmError,
+            detail: String::new(),
+        };
+        assert_eq!(settle(&failed), Settle::Retry);
+        assert_eq!(settle(&Outcome::Busy), Settle::Busy);
+    }
+
+    #[test]
+    fn the_retry_delay_doubles_up_to_a_minute() {
+        let delays: Vec<u64> = (0..10).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(delays, [1, 1, 2, 4, 8, 16, 32, 60, 60, 60]);
+    }
+}

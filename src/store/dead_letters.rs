@@ -1,0 +1,133 @@
+//! Dead letters (migration 13): jobs that failed `JETSTREAM_MAX_DELIVER` times, kept
+//! for `summarizer dead-letters list|replay|purge`.
+
+use serde::Serialize;
+use sqlx::Row;
+
+use super::{PgStore, StoreError};
+
+/// A job to keep: what it was and why it failed.
+#[derive(Clone, Debug)]
+pub struct NewDeadLetter<'a> {
+    pub session_id: Option<&'a str>,
+    pub subject: &'a str,
+    pub msg_id: Option<&'a str>,
+    pub payload: &'a str,
+    pub last_error: &'a str,
+    pub deliveries: i64,
+}
+
+/// A dead letter as `summarizer dead-letters list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DeadLetter {
+    pub id: i64,
+    pub session_id: Option<String>,
+    pub subject: String,
+    pub msg_id: Option<String>,
+    pub payload: String,
+    pub last_error: String,
+    pub deliveries: i64,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    pub replayed_at: Option<String>,
+}
+
+impl PgStore {
+    /// Keeps a job that will not be delivered again. Returns its id.
+    ///
+    /// # Errors
+    /// When the database fails; the caller must then leave the job in the stream.
+    pub async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<i64, StoreError> {
+        let id = sqlx::query_scalar(
+            "INSERT INTO dead_letters
+                 (session_id, subject, msg_id, payload, last_error, deliveries)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        )
+        .bind(job.session_id)
+        .bind(job.subject)
+        .bind(job.msg_id)
+        .bind(job.payload)
+        .bind(job.last_error)
+        .bind(i32::try_from(job.deliveries).unwrap_or(i32::MAX))
+        .fetch_one(self.pool())
+        .await?;
+        Ok(id)
+    }
+
+    /// The dead letters, oldest first: those not replayed yet, or all with `all`.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn dead_letters(&self, all: bool) -> Result<Vec<DeadLetter>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, session_id, subject, msg_id, payload, last_error,
+                    deliveries::bigint AS deliveries,
+                    to_char(created_at AT TIME ZONE 'UTC',
+                            'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS created_at,
+                    to_char(replayed_at AT TIME ZONE 'UTC',
+                            'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS replayed_at
+             FROM dead_letters WHERE $1 OR replayed_at IS NULL ORDER BY id",
+        )
+        .bind(all)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(DeadLetter {
+                    id: r.try_get("id")?,
+                    session_id: r.try_get("session_id")?,
+                    subject: r.try_get("subject")?,
+                    msg_id: r.try_get("msg_id")?,
+                    payload: r.try_get("payload")?,
+                    last_error: r.try_get("last_error")?,
+                    deliveries: r.try_get("deliveries")?,
+                    created_at: r.try_get("created_at")?,
+                    replayed_at: r.try_get("replayed_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
+    /// Marks a dead letter replayed, unless it was already: `false` then, and the
+    /// caller must not publish it again.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn mark_replayed(&self, id: i64) -> Result<bool, StoreError> {
+        let marked = sqlx::query(
+            "UPDATE dead_letters SET replayed_at = now() WHERE id = $1 AND replayed_at IS NULL",
+        )
+        .bind(id)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(marked == 1)
+    }
+
+    /// Undoes [`PgStore::mark_replayed`] when the publish failed.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn unmark_replayed(&self, id: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE dead_letters SET replayed_at = NULL WHERE id = $1")
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes dead letters: the replayed ones, or every one with `all`. Returns how
+    /// many.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn purge_dead_letters(&self, all: bool) -> Result<u64, StoreError> {
+        let deleted = sqlx::query("DELETE FROM dead_letters WHERE $1 OR replayed_at IS NOT NULL")
+            .bind(all)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        Ok(deleted)
+    }
+}
