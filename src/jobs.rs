@@ -15,6 +15,9 @@
 //!   session in backoff after one, a lease held by another worker (`busy`), a prefix
 //!   that changed meanwhile (`conflict`). The delay doubles per delivery from 1 s up to
 //!   a minute, so another worker retries it later.
+//! - **Processed once**: a job delivered again whose request id already has a
+//!   compaction of its session (its worker died between the commit and the ack) is
+//!   acked without being processed again.
 //! - **Dead-lettered** when it fails on its `JETSTREAM_MAX_DELIVER`-th delivery: a row
 //!   in `dead_letters` (`summarizer dead-letters list|replay|purge`), a metric, and an
 //!   ack, which removes it from the stream. A `busy` job is never dead-lettered for
@@ -280,6 +283,7 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
             return;
         }
     };
+    let named = request.request_id.is_some();
     let event =
         Event::new(request.session_id, request.request_id).with_overrides(request.overrides);
     let rid = event.request_id.clone();
@@ -290,6 +294,19 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
             let error = format!("delivered {delivered} times without an answer (workers stopped or crashed while it ran)");
             dead_letter(&server, &message, &event.session_id, msg_id.as_deref(), &error, delivered).await;
             return;
+        }
+        // Delivered again after its commit (the worker died before the ack): done. Only
+        // a job with a request id of its own can be recognised; `JobPublisher` sets one.
+        if delivered > 1 && named {
+            match server.store.compacted_for(&event.session_id, &rid).await {
+                Ok(true) => {
+                    tracing::info!("job already compacted its session before; acking");
+                    finish(&message, AckKind::Ack, "acked", worker).await;
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!("could not look the job up: {}", crate::error_chain(&e)),
+            }
         }
         let processing = worker.process(&event);
         tokio::pin!(processing);

@@ -33,6 +33,29 @@ pub struct DeadLetter {
 }
 
 impl PgStore {
+    /// Whether the session has a compaction made for the request `request_id`: a job
+    /// delivered again after its commit (its worker died before the ack) is then done.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn compacted_for(
+        &self,
+        session_id: &str,
+        request_id: &str,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query_scalar(
+            "SELECT EXISTS (
+                 SELECT 1 FROM usage_events
+                 WHERE session_id = $1 AND metadata ->> 'request_id' = $2
+                   AND metadata @> '{\"summarization\": true}')",
+        )
+        .bind(session_id)
+        .bind(request_id)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(done)
+    }
+
     /// Keeps a job that will not be delivered again. Returns its id.
     ///
     /// # Errors

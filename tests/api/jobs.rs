@@ -336,3 +336,33 @@ async fn a_job_prefix_overlapping_the_request_subject_stops_the_worker_with_exit
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn sigterm_stops_pulling_finishes_what_runs_and_exits_0_and_no_job_is_lost() {
+    let nats = jetstream_server().await;
+    let mut app = jobs_app(&nats, &[("HTTP_ADDR", "")]).await;
+    app.llm_answers(SUMMARY, Duration::from_millis(1500)).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    create_stream(&app, &client).await;
+    let publisher = JobPublisher::new(client.clone(), PREFIX);
+    for n in 0..20 {
+        app.append_turns(&format!("s{n}"), 5).await;
+        publisher.compact(&format!("s{n}"), None).await.unwrap();
+    }
+    let mut worker =
+        crate::fixtures::WorkerProcess::spawn(&app.env(&[("WORKER_CONCURRENCY", "4")]));
+    worker.wait_for_log("worker ready").await;
+    app.until_llm_called(1).await;
+    worker.signal("TERM").await;
+    let status = worker.exit_status(Duration::from_secs(15)).await;
+    assert_eq!(status.code(), Some(0), "{}", worker.logs());
+
+    // What the stopped worker did not finish is still in the stream, for the next one.
+    let left = stream_messages(&client).await;
+    assert!(left > 0 && left < 20, "{left} left");
+    app.start_worker(&[]).await;
+    until_stream_empty(&client).await;
+    for n in 0..20 {
+        assert_eq!(compactions(&app, &format!("s{n}")).await, 1, "s{n}");
+    }
+}

@@ -37,6 +37,56 @@ async fn succeeds(mut command: tokio::process::Command, limit: Duration) -> Stri
 }
 
 #[tokio::test]
+async fn a_short_chaos_run_with_durable_jobs_loses_no_job() {
+    let mut chaos = lab(&[
+        "chaos",
+        "--transport",
+        "jetstream",
+        "--duration-secs",
+        "8",
+        "--sessions",
+        "30",
+        "--workers",
+        "3",
+        "--kill-every-ms",
+        "1000",
+    ]);
+    chaos
+        .env(
+            "DATABASE_URL",
+            "postgres://postgres@127.0.0.1:5432/summarizer",
+        )
+        .env("NATS_URL", NATS_URL);
+
+    let stdout = succeeds(chaos, Duration::from_secs(180)).await;
+
+    assert!(stdout.contains("chaos: every invariant held"), "{stdout}");
+    // Every job was processed or dead-lettered (the stream is empty), none compacted its
+    // session twice, and workers died while the jobs ran.
+    let jobs = stdout
+        .lines()
+        .find(|l| l.starts_with("jobs: "))
+        .unwrap_or_else(|| panic!("no jobs line in {stdout}"));
+    assert!(
+        jobs.contains(" 0 left in the stream") && jobs.contains(" 0 compacted twice"),
+        "{jobs}"
+    );
+    let published: u64 = jobs
+        .trim_start_matches("jobs: ")
+        .split_once(' ')
+        .and_then(|(n, _)| n.parse().ok())
+        .expect("a published count");
+    assert!(published >= 500, "{jobs}");
+    let kills: u32 = stdout
+        .lines()
+        .find_map(|l| l.split_once(" worker kills;").map(|(n, _)| n))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a kill count");
+    assert!(kills >= 3, "{stdout}");
+    assert!(stdout.contains("compacted "), "{stdout}");
+}
+
+#[tokio::test]
 async fn a_short_chaos_run_loses_nothing() {
     let mut chaos = lab(&[
         "chaos",

@@ -14,7 +14,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use sqlx::PgPool;
-use summarizer::client::TurnClient;
+use summarizer::client::{JobPublisher, TurnClient};
+use summarizer::protocol::Request;
 
 /// An agent may be late by scheduling noise, never by much more than its timeout.
 const WAIT_SLACK: Duration = Duration::from_millis(250);
@@ -30,11 +31,18 @@ pub struct AgentLog {
 
 pub struct Agents(Vec<JoinHandle<anyhow::Result<AgentLog>>>);
 
+/// How agents ask the fleet: a request they wait for, or a durable job they publish.
+#[derive(Clone)]
+pub enum Asking {
+    Requests(TurnClient),
+    Jobs(JobPublisher),
+}
+
 pub fn start(
     sessions: usize,
     tag: &str,
     db: PgPool,
-    client: TurnClient,
+    asking: Asking,
     timeout: Duration,
     stop: Arc<AtomicBool>,
 ) -> Agents {
@@ -44,7 +52,7 @@ pub fn start(
                 let agent = Agent {
                     session: format!("chaos-{tag}-{n}"),
                     db: db.clone(),
-                    client: client.clone(),
+                    asking: asking.clone(),
                     timeout,
                 };
                 tokio::spawn(agent.run(stop.clone()))
@@ -67,7 +75,7 @@ impl Agents {
 struct Agent {
     session: String,
     db: PgPool,
-    client: TurnClient,
+    asking: Asking,
     timeout: Duration,
 }
 
@@ -84,11 +92,30 @@ impl Agent {
             turn += 1;
             self.append_turn(turn, &mut log).await?;
             let started = Instant::now();
-            let decision = self.client.turn_starting(&self.session, self.timeout).await;
+            let decision = match &self.asking {
+                Asking::Requests(client) => client
+                    .turn_starting(&self.session, self.timeout)
+                    .await
+                    .reason()
+                    .to_owned(),
+                // Each job names its turn, in its request id (which the usage event
+                // records) and its Nats-Msg-Id: one compaction per job at most, and a
+                // publish retried by NATS is stored once.
+                Asking::Jobs(publisher) => {
+                    let request = Request {
+                        session_id: self.session.clone(),
+                        request_id: Some(format!("job-{turn}")),
+                        ..Request::default()
+                    };
+                    let msg_id = format!("{}-{turn}", self.session);
+                    match publisher.publish(&request, Some(&msg_id), None).await {
+                        Ok(_) => "job_published".to_owned(),
+                        Err(e) => anyhow::bail!("{}: {e}", self.session),
+                    }
+                }
+            };
             log.longest_wait = log.longest_wait.max(started.elapsed());
-            *log.decisions
-                .entry(decision.reason().to_owned())
-                .or_default() += 1;
+            *log.decisions.entry(decision).or_default() += 1;
             tokio::time::sleep(Duration::from_millis(fastrand::u64(0..200))).await;
         }
         Ok(log)

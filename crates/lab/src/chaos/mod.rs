@@ -5,6 +5,11 @@
 //!
 //! Everything runs on this machine: its own database (dropped afterwards), a private
 //! subject, a fake LLM on 127.0.0.1, and worker processes of this very binary.
+//!
+//! With `--transport jetstream` the agents publish a durable job per turn instead of
+//! asking, to a stream of the run's own (deleted afterwards); after the kills stop, the
+//! workers run until the stream is empty, which is the proof that every job was processed
+//! or dead-lettered: a WorkQueue stream drops a job only when a worker acks it.
 
 mod agents;
 
@@ -20,7 +25,7 @@ use tokio::time::Instant;
 use crate::db::Scratch;
 use crate::worker_process;
 use summarizer::check;
-use summarizer::client::TurnClient;
+use summarizer::client::{JobPublisher, TurnClient};
 use summarizer::config::Settings;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -46,7 +51,13 @@ pub struct ChaosArgs {
     /// Keep the run's database for inspection instead of dropping it.
     #[arg(long)]
     pub keep_database: bool,
+    /// `core`: agents ask with requests; `jetstream`: they publish durable jobs.
+    #[arg(long, default_value = "core", value_parser = ["core", "jetstream"])]
+    pub transport: String,
 }
+
+/// How long the workers get, after the kills stop, to empty the job stream.
+const JOBS_DRAIN: Duration = Duration::from_secs(60);
 
 /// Runs the chaos; returns whether every invariant held.
 ///
@@ -68,7 +79,24 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
 
     let llm = crate::fake_llm::start(args.llm_failure_rate, 10..150).await?;
     let subject = format!("summarizer.chaos.{tag}.turn.starting");
-    let env = worker_env(&database_url, &subject, &tag, &llm.url);
+    let jobs = args.transport == "jetstream";
+    let mut env = worker_env(&database_url, &subject, &tag, &llm.url);
+    let (stream, prefix) = (
+        format!("CHAOS_{tag}"),
+        format!("summarizer.chaos.{tag}.jobs"),
+    );
+    if jobs {
+        for (k, v) in [
+            ("TRANSPORT", "jetstream"),
+            ("JETSTREAM_STREAM", stream.as_str()),
+            ("JETSTREAM_CONSUMER", &format!("chaos-{tag}")),
+            ("JETSTREAM_SUBJECT_PREFIX", prefix.as_str()),
+            // A killed worker's jobs come back after this.
+            ("JETSTREAM_ACK_WAIT_MS", "2000"),
+        ] {
+            env.insert(k.to_owned(), v.to_owned());
+        }
+    }
     let mut workers: Vec<Child> = (0..args.workers)
         .map(|_| worker_process::spawn(&env))
         .collect::<anyhow::Result<_>>()?;
@@ -82,14 +110,29 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
     );
 
     let nats = summarizer::transport::connect_once(settings, "summarizer-chaos-agents").await?;
-    let client = TurnClient::new(nats, subject);
+    let asking = if jobs {
+        // The stream is the workers' to create; agents must not publish before it exists.
+        let job_settings = Settings::from_sources(
+            None,
+            Some(
+                env.clone()
+                    .into_iter()
+                    .chain([("NATS_URL".to_owned(), settings.nats_url.expose().to_owned())])
+                    .collect(),
+            ),
+        )?;
+        summarizer::jobs::bind(&nats, &job_settings.jobs).await?;
+        agents::Asking::Jobs(JobPublisher::new(nats.clone(), prefix.clone()))
+    } else {
+        agents::Asking::Requests(TurnClient::new(nats.clone(), subject))
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let timeout = Duration::from_millis(args.agent_timeout_ms);
     let agents = agents::start(
         args.sessions,
         &tag,
         db.agents.clone(),
-        client,
+        asking,
         timeout,
         stop.clone(),
     );
@@ -115,15 +158,30 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
     }
     stop.store(true, Ordering::Relaxed);
     let ledger = agents.finish().await?;
+    let jobs_report = if jobs {
+        Some(drain_jobs(&nats, &stream, &db).await)
+    } else {
+        None
+    };
     for worker in &mut workers {
         worker_process::stop(worker, "TERM").await;
     }
 
     let report = check::run(&store).await?;
     let audit = agents::audit(&db.agents, &ledger).await?;
-    let clean = report.is_clean() && audit.is_clean(timeout);
+    let jobs_clean = match &jobs_report {
+        Some(Ok(jobs)) => jobs.is_clean(),
+        Some(Err(_)) => false,
+        None => true,
+    };
+    let clean = report.is_clean() && audit.is_clean(timeout) && jobs_clean;
     println!("\n{} worker kills; {}", kills, llm.summary());
     print!("{audit}");
+    match &jobs_report {
+        Some(Ok(jobs)) => print!("{jobs}"),
+        Some(Err(e)) => println!("jobs: could not be accounted for: {e:#}"),
+        None => {}
+    }
     print!("{report}");
     println!(
         "{}",
@@ -144,6 +202,69 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         db.drop_database().await?;
     }
     Ok(clean)
+}
+
+/// What became of the run's jobs.
+struct JobsReport {
+    published: u64,
+    left_in_stream: u64,
+    dead_letters: i64,
+    /// Compactions recorded twice for one job (same session and request id).
+    compacted_twice: i64,
+}
+
+impl JobsReport {
+    fn is_clean(&self) -> bool {
+        self.left_in_stream == 0 && self.compacted_twice == 0
+    }
+}
+
+impl std::fmt::Display for JobsReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "jobs: {} published, {} left in the stream, {} dead-lettered, {} compacted twice",
+            self.published, self.left_in_stream, self.dead_letters, self.compacted_twice
+        )
+    }
+}
+
+/// Waits (bounded) for the workers to empty the run's stream, accounts for its jobs and
+/// deletes it: the stream lives on the shared server.
+async fn drain_jobs(
+    nats: &async_nats::Client,
+    stream: &str,
+    db: &Scratch,
+) -> anyhow::Result<JobsReport> {
+    let jetstream = async_nats::jetstream::new(nats.clone());
+    let mut handle = jetstream.get_stream(stream).await?;
+    let deadline = Instant::now() + JOBS_DRAIN;
+    let state = loop {
+        let state = handle.info().await?.state.clone();
+        if state.messages == 0 || Instant::now() >= deadline {
+            break state;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let dead_letters: i64 = sqlx::query_scalar("SELECT count(*) FROM dead_letters")
+        .fetch_one(&db.agents)
+        .await?;
+    let compacted_twice: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (
+             SELECT 1 FROM usage_events
+             WHERE metadata @> '{\"summarization\": true}'
+             GROUP BY session_id, metadata ->> 'request_id' HAVING count(*) > 1
+         ) AS twice",
+    )
+    .fetch_one(&db.agents)
+    .await?;
+    jetstream.delete_stream(stream).await?;
+    Ok(JobsReport {
+        published: state.last_sequence,
+        left_in_stream: state.messages,
+        dead_letters,
+        compacted_twice,
+    })
 }
 
 /// Small limits and fast failure handling, so a short run sees many compactions, lease
