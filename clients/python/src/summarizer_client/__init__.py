@@ -1,8 +1,10 @@
 """summarizer_client: a drop-in for LangGraph and LangChain agents that keeps their
 conversations inside the context window with the summarizer worker fleet.
 
-`SummarizerClient` and `Decision` need only the base install; `SummarizerMiddleware`,
-`maybe_summarize` and `summarizer_node` need the `[langchain]` extra.
+`SummarizerClient`, `Decision` and the durable jobs (`SummarizerClient.publish_job`,
+`job_subject`, `PublishedJob`, `JobNotStored`) need only the base install;
+`SummarizerMiddleware`, `maybe_summarize` and `summarizer_node` need the `[langchain]`
+extra.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .client import Decision, SummarizerClient
+from .jobs import JobNotStored, PublishedJob, job_subject
 
 if TYPE_CHECKING:
     from .graph import maybe_summarize, summarizer_node
@@ -17,8 +20,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Decision",
+    "JobNotStored",
+    "PublishedJob",
     "SummarizerClient",
     "SummarizerMiddleware",
+    "job_subject",
     "maybe_summarize",
     "summarizer_node",
 ]

@@ -9,18 +9,31 @@ import asyncio
 import json
 import os
 import secrets
+import unicodedata
+import uuid
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client as Nats
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from ._failopen import Warnings
 from ._loop import LoopThread
+from .jobs import (
+    DEFAULT_SUBJECT_PREFIX,
+    MSG_ID_HEADER,
+    REPLY_TO_HEADER,
+    JobNotStored,
+    PublishedJob,
+    check_subject,
+    job_payload,
+    job_subject,
+)
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -98,7 +111,8 @@ class SummarizerClient:
     `database_url` defaults to `$DATABASE_URL`; without one, `append`/`load` (and so the
     LangChain integrations) are disabled with a warning. Connections are opened by
     `connect()` (or on first use) and live on a private event-loop thread, so one client
-    serves async and sync callers alike.
+    serves async and sync callers alike. `publish_job` publishes durable jobs to the
+    fleet's JetStream work queue.
     """
 
     def __init__(
@@ -174,6 +188,54 @@ class SummarizerClient:
     async def load(self, session_id: str) -> list[BaseMessage]:
         """The session's stored history, oldest first. Raises on database errors."""
         return await self._loop.run(self._load(session_id))
+
+    async def publish_job(
+        self,
+        session_id: str,
+        *,
+        msg_id: str | None = None,
+        reply_to: str | None = None,
+        threshold_chars: int | None = None,
+        keep_chars: int | None = None,
+        subject_prefix: str = DEFAULT_SUBJECT_PREFIX,
+    ) -> PublishedJob:
+        """Publishes a durable job asking to compact `session_id` if it is over its
+        threshold, to `job_subject(session_id, subject_prefix)`, and waits at most
+        `timeout` seconds for the stream's acknowledgement: once this returns, the job is
+        stored and will be processed (or dead-lettered) by a worker with
+        `TRANSPORT=jetstream` or `both`, even one started later.
+
+        `msg_id` is the job's `Nats-Msg-Id`: give one (such as `"<batch>:<session>"`) to
+        make retries of the same publish safe; a fresh unique one otherwise. `reply_to`
+        is a subject the worker sends the job's reply to (the same JSON a
+        `turn_starting` request gets). `threshold_chars`/`keep_chars` are the request's
+        own limits, which the worker clamps to its bounds.
+
+        Unlike the turn path, this does not fail open: raises `JobNotStored` when no
+        stream takes the subject, NATS is not connected or does not answer, or the
+        stream refuses the job; `ValueError` for a job the worker would reject."""
+        return await self._loop.run(
+            self._publish_job(
+                session_id, msg_id, reply_to, threshold_chars, keep_chars, subject_prefix
+            )
+        )
+
+    def publish_job_sync(
+        self,
+        session_id: str,
+        *,
+        msg_id: str | None = None,
+        reply_to: str | None = None,
+        threshold_chars: int | None = None,
+        keep_chars: int | None = None,
+        subject_prefix: str = DEFAULT_SUBJECT_PREFIX,
+    ) -> PublishedJob:
+        """`publish_job` for sync programs: blocks until the job is stored (or raises)."""
+        return self._loop.run_sync(
+            self._publish_job(
+                session_id, msg_id, reply_to, threshold_chars, keep_chars, subject_prefix
+            )
+        )
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         """Runs one of this client's coroutines from sync code (internal)."""
@@ -298,6 +360,54 @@ class SummarizerClient:
             reason=str(reply.get("reason", "")),
             reply=reply,
         )
+
+    async def _publish_job(
+        self,
+        session_id: str,
+        msg_id: str | None,
+        reply_to: str | None,
+        threshold_chars: int | None,
+        keep_chars: int | None,
+        subject_prefix: str,
+    ) -> PublishedJob:
+        check_subject("subject_prefix", subject_prefix)
+        if reply_to is not None:
+            check_subject("reply_to", reply_to)
+        key = uuid.uuid4().hex if msg_id is None else msg_id
+        if not key or any(unicodedata.category(c) == "Cc" for c in key):
+            raise ValueError("msg_id must be a non-empty string without control characters")
+        payload = job_payload(session_id, secrets.token_hex(4), threshold_chars, keep_chars)
+        subject = job_subject(session_id, subject_prefix)
+        headers = {MSG_ID_HEADER: key}
+        if reply_to is not None:
+            headers[REPLY_TO_HEADER] = reply_to
+
+        def not_stored(reason: str) -> JobNotStored:
+            return JobNotStored(reason, subject=subject, msg_id=key)
+
+        await self._ensure_connected()
+        nc = self._nats
+        # While disconnected a publish would wait in a buffer and might go out after
+        # this has given up: refused now instead, and the caller decides.
+        if nc is None or not nc.is_connected:
+            raise not_stored(f"not connected to NATS at {self.nats_url}")
+        try:
+            ack = await nc.jetstream(timeout=self.timeout).publish(
+                subject, payload, headers=headers
+            )
+        except nats.js.errors.NoStreamResponseError:
+            raise not_stored(
+                f"no stream takes {subject} (no worker with TRANSPORT=jetstream or both "
+                f"and JETSTREAM_SUBJECT_PREFIX={subject_prefix} has created it)"
+            ) from None
+        except (nats.errors.TimeoutError, asyncio.TimeoutError) as e:
+            raise not_stored(
+                f"no acknowledgement within {self.timeout}s (it may be stored all the "
+                "same: publish it again with the same msg_id)"
+            ) from e
+        except Exception as e:  # noqa: BLE001 -- every failure is reported, never dropped
+            raise not_stored(_oneline(e)) from e
+        return PublishedJob(msg_id=key, sequence=int(ack.seq), duplicate=bool(ack.duplicate))
 
     def _require_pool(self) -> AsyncConnectionPool:
         if self._pool is None:
