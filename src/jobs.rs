@@ -12,17 +12,18 @@
 //!   lost only means a redelivery, which finds the work done (a compaction's prefix is
 //!   gone once committed, so it is never applied twice).
 //! - **Nacked with a delay** when the outcome is transient: an LLM or store failure, a
-//!   session in backoff after one, a lease held by another worker (`busy`), a prefix
-//!   that changed meanwhile (`conflict`). The delay doubles per delivery from 1 s up to
-//!   a minute, so another worker retries it later.
+//!   prefix that changed meanwhile (`conflict`), a lease held by another worker
+//!   (`busy`), a session in backoff after a failure. The delay doubles per delivery from
+//!   1 s up to a minute, so another worker retries it later.
 //! - **Processed once**: a job delivered again whose request id already has a
 //!   compaction of its session (its worker died between the commit and the ack) is
 //!   acked without being processed again.
-//! - **Dead-lettered** when it fails on its `JETSTREAM_MAX_DELIVER`-th delivery: a row
-//!   in `dead_letters` (`summarizer dead-letters list|replay|purge`), a metric, and an
-//!   ack, which removes it from the stream. A `busy` job is never dead-lettered for
-//!   being busy; a job that keeps taking workers down (never answered at all) is, at
-//!   twice the limit.
+//! - **Dead-lettered** when it fails on its `JETSTREAM_MAX_DELIVER`-th delivery or a
+//!   later one: a row in `dead_letters` (`summarizer dead-letters list|replay|purge`), a
+//!   metric, and an ack, which removes it from the stream. Busy and backing off are not
+//!   failures of the job and never end in a dead letter themselves; a job that keeps
+//!   taking workers down (never answered at all) is dead-lettered at ten times the
+//!   limit.
 //! - **Terminated** when it is malformed: it can never succeed.
 //! - **Kept alive**: while it runs longer than half of `JETSTREAM_ACK_WAIT_MS`, a
 //!   progress ack (`+WPI`) goes out every half of it, so a long LLM call is not handed to
@@ -61,6 +62,10 @@ const MAX_ACK_PENDING: i64 = 10_000;
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// The stream's duplicate window for `Nats-Msg-Id`.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// A job delivered this many times `JETSTREAM_MAX_DELIVER` is dead-lettered on arrival:
+/// it keeps taking workers down (never answered), or has waited out busy leases and
+/// backoffs far longer than any compaction takes (a minute apart at most).
+const POISON_DELIVERIES: i64 = 10;
 /// How long the drain waits for jobs still in the pull's buffer.
 const DRAIN_READ: Duration = Duration::from_millis(200);
 
@@ -227,16 +232,18 @@ enum Settle {
     Ack,
     /// Transient: deliver again later, and dead-letter at the limit.
     Retry,
-    /// The lease is held elsewhere: deliver again later, never dead-letter for it.
+    /// Not the job's failure (a lease held elsewhere, a session in backoff): deliver
+    /// again later, never dead-letter for it.
     Busy,
 }
 
 fn settle(outcome: &Outcome) -> Settle {
     match outcome {
-        Outcome::Busy => Settle::Busy,
-        Outcome::Failed { .. } | Outcome::Skipped(Reason::BackingOff | Reason::Conflict) => {
-            Settle::Retry
-        }
+        // Neither is the job's failure: another worker holds the lease, or the session
+        // waits out the backoff of an earlier failure (up to FAILURE_BACKOFF_MAX_MS,
+        // longer than a few nak delays).
+        Outcome::Busy | Outcome::Skipped(Reason::BackingOff) => Settle::Busy,
+        Outcome::Failed { .. } | Outcome::Skipped(Reason::Conflict) => Settle::Retry,
         _ => Settle::Ack,
     }
 }
@@ -290,7 +297,7 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
     let span =
         tracing::info_span!("job", request_id = %rid, session_id = %event.session_id, delivered);
     async {
-        if delivered > 2 * server.jobs.max_deliver {
+        if delivered > POISON_DELIVERIES * server.jobs.max_deliver {
             let error = format!("delivered {delivered} times without an answer (workers stopped or crashed while it ran)");
             dead_letter(&server, &message, &event.session_id, msg_id.as_deref(), &error, delivered).await;
             return;
@@ -450,9 +457,8 @@ mod tests {
             summary_chars: 1,
         });
         assert_eq!(settle(&compacted), Settle::Ack);
-        for reason in [Reason::BackingOff, Reason::Conflict] {
-            assert_eq!(settle(&Outcome::Skipped(reason)), Settle::Retry);
-        }
+        assert_eq!(settle(&Outcome::Skipped(Reason::Conflict)), Settle::Retry);
+        assert_eq!(settle(&Outcome::Skipped(Reason::BackingOff)), Settle::Busy);
         let failed = Outcome::Failed {
             reason: Reason::LlmError,
             detail: String::new(),

@@ -42,6 +42,10 @@ const COMMANDS: &[&[&str]] = &[
     &["check"],
     &["check", "--json"],
     &["turn", "s", "--timeout-ms", "1000"],
+    &["dead-letters", "list"],
+    &["dead-letters", "list", "--json"],
+    &["dead-letters", "replay", "--all"],
+    &["dead-letters", "purge"],
     &["demo"],
 ];
 
