@@ -99,6 +99,9 @@ FROM compaction_daily;
 --   expired           older than p_max_age_ms: dropped
 --   settings_changed  planned with other limits or another model: dropped
 --   prefix_changed    a planned row was edited, deleted or added to: dropped
+--   outgrown          what would remain is still over p_threshold (the session grew by
+--                     more than the band since the plan, a log dump say): dropped, so
+--                     that the turn compacts as far as keep instead
 --   applied           written: the usage event (metadata `precomputed: true`), the
 --                     archive, the summary in the prefix's place, the session's latest
 --                     compaction; the other OUT values describe it.
@@ -116,6 +119,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     pending pending_summaries%ROWTYPE;
     session_messages integer;
+    session_chars bigint;
     found_seqs bigint[];
     found_chars bigint[];
     found_versions text[];
@@ -126,7 +130,7 @@ BEGIN
         outcome := 'none';
         RETURN;
     END IF;
-    SELECT message_count INTO session_messages FROM sessions
+    SELECT message_count, total_chars INTO session_messages, session_chars FROM sessions
     WHERE session_id = p_session
       AND (lease_owner IS NULL OR lease_expires_at <= now())
     FOR UPDATE;
@@ -154,6 +158,9 @@ BEGIN
            OR found_chars IS DISTINCT FROM pending.removed_chars
            OR found_versions IS DISTINCT FROM pending.removed_versions THEN
             outcome := 'prefix_changed';
+        ELSIF session_chars - (SELECT sum(c) FROM unnest(pending.removed_chars) AS c)
+              + char_length(pending.summary) > p_threshold THEN
+            outcome := 'outgrown';
         END IF;
     END IF;
     DELETE FROM pending_summaries WHERE session_id = p_session;

@@ -170,6 +170,24 @@ impl Application {
             return Ok(());
         };
         let transport = settings.jobs.transport;
+        // The job stream first: once subscribed to requests, this worker gets its share
+        // of them, and must not then wait for JetStream before answering them.
+        let jobs = if transport.serves_jobs() {
+            let Some(consumer) = self.bind_jobs(&client, shutdown).await? else {
+                return Ok(());
+            };
+            Some(JobServer {
+                client: client.clone(),
+                consumer,
+                worker: self.worker.clone(),
+                store: self.store.clone(),
+                jobs: settings.jobs.clone(),
+                concurrency: settings.concurrency,
+                shutdown_grace: settings.shutdown_grace,
+            })
+        } else {
+            None
+        };
         let requests = if transport.serves_requests() {
             let subscriber = client
                 .queue_subscribe(settings.subject.clone(), settings.queue_group.clone())
@@ -183,22 +201,6 @@ impl Application {
                 subscriber,
                 worker: self.worker.clone(),
                 health: self.health.clone(),
-                concurrency: settings.concurrency,
-                shutdown_grace: settings.shutdown_grace,
-            })
-        } else {
-            None
-        };
-        let jobs = if transport.serves_jobs() {
-            let Some(consumer) = self.bind_jobs(&client, shutdown).await? else {
-                return Ok(());
-            };
-            Some(JobServer {
-                client: client.clone(),
-                consumer,
-                worker: self.worker.clone(),
-                store: self.store.clone(),
-                jobs: settings.jobs.clone(),
                 concurrency: settings.concurrency,
                 shutdown_grace: settings.shutdown_grace,
             })
@@ -243,8 +245,10 @@ impl Application {
     ) -> anyhow::Result<Option<async_nats::jetstream::consumer::PullConsumer>> {
         let mut backoff = StartBackoff::default();
         loop {
-            let error = match jobs::bind(client, &self.settings.jobs).await {
+            let bound = jobs::bind(client, &self.settings.jobs, &self.settings.subject).await;
+            let error = match bound {
                 Ok(consumer) => return Ok(Some(consumer)),
+                Err(e) if e.is::<jobs::Unusable>() => return Err(e),
                 Err(e) => e,
             };
             if !backoff

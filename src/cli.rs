@@ -128,8 +128,9 @@ enum DeadLetterAction {
         #[arg(long)]
         json: bool,
     },
-    /// Publish them again to the job stream, as they were first published: the given
-    /// ids, or every one not replayed yet with --all. Each is replayed once.
+    /// Publish them again to the job stream (payload and subject as first published, a
+    /// new Nats-Msg-Id, no Reply-To): the given ids, or every one not replayed yet with
+    /// --all. Each is replayed once.
     Replay {
         ids: Vec<i64>,
         #[arg(long, conflicts_with = "ids")]

@@ -62,20 +62,34 @@ const MAX_ACK_PENDING: i64 = 10_000;
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// The stream's duplicate window for `Nats-Msg-Id`.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
-/// A job delivered this many times `JETSTREAM_MAX_DELIVER` is dead-lettered on arrival:
-/// it keeps taking workers down (never answered), or has waited out busy leases and
-/// backoffs far longer than any compaction takes (a minute apart at most).
+/// A job delivered this many times `JETSTREAM_MAX_DELIVER` is dead-lettered on arrival,
+/// whatever its deliveries' outcomes: it keeps taking workers down (never answered), or
+/// has waited out busy leases and backoffs far longer than any compaction takes (50
+/// deliveries at the default are some 44 minutes of nak delays, past the default
+/// 15-minute backoff ceiling).
 const POISON_DELIVERIES: i64 = 10;
 /// How long the drain waits for jobs still in the pull's buffer.
 const DRAIN_READ: Duration = Duration::from_millis(200);
 
+/// A stream that exists but cannot be the job queue: waiting will not change it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unusable(String);
+
 /// Creates the stream and the consumer, or binds them if they exist (their stored
-/// configuration is not changed: operators may have tuned it).
+/// configuration is not changed: operators may have tuned it; a consumer's own
+/// `ack_wait` is the one that counts, see [`JobServer::ack_wait`]).
 ///
 /// # Errors
-/// When JetStream is not enabled on the server, or refuses the stream (another stream
-/// already takes these subjects).
-pub async fn bind(client: &Client, jobs: &Jobs) -> anyhow::Result<PullConsumer> {
+/// [`Unusable`] when the stream exists with subjects that overlap `request_subject` (it
+/// would answer requests with its publish acks) or without work-queue retention (acked
+/// jobs would stay); otherwise when JetStream is not enabled on the server, or refuses
+/// the stream (another stream already takes these subjects).
+pub async fn bind(
+    client: &Client,
+    jobs: &Jobs,
+    request_subject: &str,
+) -> anyhow::Result<PullConsumer> {
     let jetstream = async_nats::jetstream::new(client.clone());
     let stream = jetstream
         .get_or_create_stream(stream::Config {
@@ -87,6 +101,25 @@ pub async fn bind(client: &Client, jobs: &Jobs) -> anyhow::Result<PullConsumer> 
         })
         .await
         .with_context(|| format!("creating or binding the JetStream stream {}", jobs.stream))?;
+    let config = &stream.cached_info().config;
+    if let Some(subject) = (config.subjects.iter())
+        .find(|s| summarizer_client::jobs::subjects_overlap(s, request_subject))
+    {
+        return Err(Unusable(format!(
+            "the existing stream {} takes {subject}, which overlaps NATS_SUBJECT \
+             ({request_subject}): it would answer requests with its publish acks",
+            jobs.stream
+        ))
+        .into());
+    }
+    if config.retention != RetentionPolicy::WorkQueue {
+        return Err(Unusable(format!(
+            "the existing stream {} does not have work-queue retention: acked jobs would \
+             stay in it",
+            jobs.stream
+        ))
+        .into());
+    }
     let consumer = stream
         .get_or_create_consumer(
             &jobs.consumer,
@@ -108,6 +141,15 @@ pub async fn bind(client: &Client, jobs: &Jobs) -> anyhow::Result<PullConsumer> 
                 jobs.consumer
             )
         })?;
+    let ack_wait = consumer.cached_info().config.ack_wait;
+    if ack_wait != jobs.ack_wait {
+        tracing::warn!(
+            "the consumer {} exists with an ack wait of {} ms, not JETSTREAM_ACK_WAIT_MS; \
+             it is the one that counts (change it with `nats consumer edit`)",
+            jobs.consumer,
+            ack_wait.as_millis()
+        );
+    }
     Ok(consumer)
 }
 
@@ -122,6 +164,17 @@ pub struct JobServer {
 }
 
 impl JobServer {
+    /// The bound consumer's ack wait: the server redelivers by it, whatever this
+    /// worker's `JETSTREAM_ACK_WAIT_MS` says.
+    pub fn ack_wait(&self) -> Duration {
+        let ack_wait = self.consumer.cached_info().config.ack_wait;
+        if ack_wait.is_zero() {
+            self.jobs.ack_wait
+        } else {
+            ack_wait
+        }
+    }
+
     /// Pulls and processes jobs until `shutdown` fires, then drains (see the module).
     pub async fn run(self, shutdown: CancellationToken) {
         let this = Arc::new(self);
@@ -317,7 +370,7 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
         }
         let processing = worker.process(&event);
         tokio::pin!(processing);
-        let half = server.jobs.ack_wait / 2;
+        let half = server.ack_wait() / 2;
         let mut progress = tokio::time::interval_at(Instant::now() + half, half);
         let processed = loop {
             tokio::select! {

@@ -39,6 +39,9 @@ pub enum Discard {
     SettingsChanged,
     /// A planned row was edited, deleted, or a row was added before the cut.
     PrefixChanged,
+    /// What would remain is still over the threshold: the session grew by more than the
+    /// band since the plan.
+    Outgrown,
     /// Overwritten, or deleted by a compaction that did not use it.
     Superseded,
 }
@@ -49,6 +52,7 @@ impl Discard {
             Self::Expired => "expired",
             Self::SettingsChanged => "settings_changed",
             Self::PrefixChanged => "prefix_changed",
+            Self::Outgrown => "outgrown",
             Self::Superseded => "superseded",
         }
     }
@@ -226,6 +230,7 @@ impl PgStore {
             "expired" => Applied::Discarded(Discard::Expired),
             "settings_changed" => Applied::Discarded(Discard::SettingsChanged),
             "prefix_changed" => Applied::Discarded(Discard::PrefixChanged),
+            "outgrown" => Applied::Discarded(Discard::Outgrown),
             // "none", or an outcome a newer schema added: compact as usual.
             _ => Applied::None,
         })

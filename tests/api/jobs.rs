@@ -37,7 +37,9 @@ async fn jobs_app(nats: &NatsServer, overrides: &[(&str, &str)]) -> TestApp {
 /// worker runs.
 async fn create_stream(app: &TestApp, nats: &async_nats::Client) {
     let settings = Settings::from_sources(None, Some(app.env(&[]))).unwrap();
-    summarizer::jobs::bind(nats, &settings.jobs).await.unwrap();
+    summarizer::jobs::bind(nats, &settings.jobs, &settings.subject)
+        .await
+        .unwrap();
 }
 
 async fn stream_messages(nats: &async_nats::Client) -> u64 {
@@ -365,4 +367,53 @@ async fn sigterm_stops_pulling_finishes_what_runs_and_exits_0_and_no_job_is_lost
     for n in 0..20 {
         assert_eq!(compactions(&app, &format!("s{n}")).await, 1, "s{n}");
     }
+}
+
+#[tokio::test]
+async fn an_existing_stream_that_takes_the_request_subject_stops_the_worker_naming_it() {
+    let nats = jetstream_server().await;
+    let app = jobs_app(&nats, &[("TRANSPORT", "both"), ("HTTP_ADDR", "")]).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let subject = app.env(&[])["NATS_SUBJECT"].clone();
+    // Someone made a stream of the job stream's name on the request subject.
+    jetstream::new(client.clone())
+        .create_stream(jetstream::stream::Config {
+            name: STREAM.to_owned(),
+            subjects: vec![subject.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let mut worker = crate::fixtures::WorkerProcess::spawn(&app.env(&[]));
+    let status = worker.exit_status(Duration::from_secs(15)).await;
+    assert_eq!(status.code(), Some(1), "{}", worker.logs());
+    let logs = worker.logs();
+    assert!(
+        logs.contains(STREAM) && logs.contains("overlaps NATS_SUBJECT"),
+        "{logs}"
+    );
+    assert!(!logs.contains("worker ready"), "{logs}");
+}
+
+#[tokio::test]
+async fn a_worker_waiting_for_jetstream_takes_no_share_of_the_requests() {
+    // NATS without JetStream: the job stream cannot be made.
+    let nats = NatsServer::start(&[]).await;
+    let app = jobs_app(&nats, &[("TRANSPORT", "both"), ("HTTP_ADDR", "")]).await;
+    let mut worker = crate::fixtures::WorkerProcess::spawn(&app.env(&[]));
+    worker
+        .wait_for_log("the JetStream job stream unreachable, retrying")
+        .await;
+    // Had it subscribed to requests first, this request would wait out its timeout
+    // for an answer that never comes.
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let turns = summarizer::client::TurnClient::new(client, app.env(&[])["NATS_SUBJECT"].clone());
+    let decision = turns.turn_starting("s", Duration::from_secs(5)).await;
+    assert_eq!(decision, summarizer::client::Decision::NoWorkers);
+    worker.signal("TERM").await;
+    assert_eq!(
+        worker.exit_status(Duration::from_secs(10)).await.code(),
+        Some(0)
+    );
 }

@@ -242,6 +242,33 @@ async fn a_row_inserted_before_the_cut_drops_the_pending_summary() {
 }
 
 #[tokio::test]
+async fn a_session_that_outgrew_its_pending_summary_is_compacted_as_usual() {
+    let app = spawn_app_with(&[ON]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    in_the_band(&app, "s").await;
+    app.turn_starting("s").await;
+    until_pending(&app, "s").await;
+    // A log dump arrives: applying the pending summary would leave the session over its
+    // threshold, and the agent would send that to its model.
+    app.append("s", "user", "Here is the full log.", None, None)
+        .await;
+    app.append("s", "assistant", &crate::helpers::filler(6000), None, None)
+        .await;
+    let reply = app.turn_starting("s").await;
+    assert_eq!(reply.status, Status::Compacted);
+    assert_eq!(app.llm_requests().await, 2, "summarized again, as usual");
+    assert_eq!(app.usage_events("s").await[0].4.get("precomputed"), None);
+    let text = metrics(&app).await;
+    assert_eq!(
+        metric(
+            &text,
+            "summarizer_precomputes_discarded_total{reason=\"outgrown\"}"
+        ),
+        1.0
+    );
+}
+
+#[tokio::test]
 async fn other_limits_or_an_expired_pending_summary_are_not_applied() {
     let app = spawn_app_with(&[ON]).await;
     app.llm_answers(SUMMARY, Duration::ZERO).await;

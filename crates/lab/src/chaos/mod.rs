@@ -121,7 +121,7 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
                     .collect(),
             ),
         )?;
-        summarizer::jobs::bind(&nats, &job_settings.jobs).await?;
+        summarizer::jobs::bind(&nats, &job_settings.jobs, &job_settings.subject).await?;
         agents::Asking::Jobs(JobPublisher::new(nats.clone(), prefix.clone()))
     } else {
         agents::Asking::Requests(TurnClient::new(nats.clone(), subject))
