@@ -15,6 +15,10 @@ CREATE TABLE dead_letters (
     deliveries   integer     NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now(),
     -- Set when `summarizer dead-letters replay` published it again.
-    replayed_at  timestamptz
+    replayed_at  timestamptz,
+    -- The stream's name, the job's sequence in it and its publish time: a job whose ack
+    -- was lost after it was kept comes again, and is not kept twice. (The time tells
+    -- apart two jobs of one sequence in a stream deleted and made again.)
+    job_key      text        UNIQUE
 );
 CREATE INDEX dead_letters_pending ON dead_letters (created_at) WHERE replayed_at IS NULL;

@@ -425,6 +425,14 @@ async fn dead_letter(
     delivered: i64,
 ) {
     let worker = &server.worker;
+    let job_key = message.info().ok().map(|info| {
+        format!(
+            "{}:{}:{}",
+            info.stream,
+            info.stream_sequence,
+            info.published.unix_timestamp_nanos()
+        )
+    });
     let kept = server
         .store
         .dead_letter(&NewDeadLetter {
@@ -434,10 +442,15 @@ async fn dead_letter(
             payload: &String::from_utf8_lossy(&message.payload),
             last_error: error,
             deliveries: delivered,
+            job_key: job_key.as_deref(),
         })
         .await;
     match kept {
-        Ok(id) => {
+        Ok(None) => {
+            tracing::info!("job dead-lettered already (its ack was lost); acking");
+            finish(message, AckKind::Ack, "acked", worker).await;
+        }
+        Ok(Some(id)) => {
             tracing::warn!(
                 dead_letter = id,
                 deliveries = delivered,

@@ -15,6 +15,8 @@ pub struct NewDeadLetter<'a> {
     pub payload: &'a str,
     pub last_error: &'a str,
     pub deliveries: i64,
+    /// Stream, sequence and publish time: one dead letter per job (see migration 13).
+    pub job_key: Option<&'a str>,
 }
 
 /// A dead letter as `summarizer dead-letters list` shows it.
@@ -56,15 +58,17 @@ impl PgStore {
         Ok(done)
     }
 
-    /// Keeps a job that will not be delivered again. Returns its id.
+    /// Keeps a job that will not be delivered again. Returns its id, or `None` when
+    /// the same job (`job_key`) was kept already (its ack was lost).
     ///
     /// # Errors
     /// When the database fails; the caller must then leave the job in the stream.
-    pub async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<i64, StoreError> {
+    pub async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError> {
         let id = sqlx::query_scalar(
             "INSERT INTO dead_letters
-                 (session_id, subject, msg_id, payload, last_error, deliveries)
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                 (session_id, subject, msg_id, payload, last_error, deliveries, job_key)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (job_key) DO NOTHING RETURNING id",
         )
         .bind(job.session_id)
         .bind(job.subject)
@@ -72,7 +76,8 @@ impl PgStore {
         .bind(job.payload)
         .bind(job.last_error)
         .bind(i32::try_from(job.deliveries).unwrap_or(i32::MAX))
-        .fetch_one(self.pool())
+        .bind(job.job_key)
+        .fetch_optional(self.pool())
         .await?;
         Ok(id)
     }

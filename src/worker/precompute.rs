@@ -139,12 +139,30 @@ impl Worker {
             },
             ..job
         };
+        let counted = loaded.counted();
         let plan = match plan_with_tokens(loaded, planning).await {
             Ok(plan) => plan,
             Err(outcome) => {
                 tracing::debug!("[{rid}] precompute: nothing to prepare ({outcome:?})");
                 self.metrics.precompute_finished("not_planned");
-                if let Err(e) = self.store.release_lease(&event.session_id, owner).await {
+                // A refusal the planner will repeat for this very history (no safe
+                // boundary, nothing to compact) is remembered, as a compaction's is: the
+                // band's next turns on it take no lease and load nothing.
+                let released = match outcome {
+                    Outcome::Skipped(reason) => {
+                        self.store
+                            .release_lease_remembering(
+                                &event.session_id,
+                                owner,
+                                reason,
+                                counted,
+                                limits.keep_chars,
+                            )
+                            .await
+                    }
+                    _ => self.store.release_lease(&event.session_id, owner).await,
+                };
+                if let Err(e) = released {
                     super::lease_not_released(rid, &e);
                 }
                 return;

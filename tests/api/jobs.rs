@@ -417,3 +417,28 @@ async fn a_worker_waiting_for_jetstream_takes_no_share_of_the_requests() {
         Some(0)
     );
 }
+
+#[tokio::test]
+async fn a_job_kept_as_a_dead_letter_is_not_kept_twice() {
+    let app = setup(&[]).await;
+    let store = summarizer::store::PgStore::from_pool(app.db.clone());
+    let letter = summarizer::store::NewDeadLetter {
+        session_id: Some("s"),
+        subject: "summarizer.jobs.x",
+        msg_id: Some("m"),
+        payload: "{\"session_id\":\"s\"}",
+        last_error: "LLM down",
+        deliveries: 5,
+        job_key: Some("SUMMARIZER_JOBS:7:1796277031000000000"),
+    };
+    assert!(store.dead_letter(&letter).await.unwrap().is_some());
+    // Its ack was lost: delivered again, it is recognised.
+    assert_eq!(store.dead_letter(&letter).await.unwrap(), None);
+    // Another job (another publish time at the same sequence: a stream made again).
+    let other = summarizer::store::NewDeadLetter {
+        job_key: Some("SUMMARIZER_JOBS:7:1796277099000000000"),
+        ..letter
+    };
+    assert!(store.dead_letter(&other).await.unwrap().is_some());
+    assert_eq!(store.dead_letters(true).await.unwrap().len(), 2);
+}

@@ -498,3 +498,33 @@ async fn a_worker_stopped_during_a_precompute_gives_the_lease_back_and_writes_no
     assert_eq!(app.lease_owner("s").await, None);
     assert_eq!(pending_cut(&app, "s").await, None);
 }
+
+#[tokio::test]
+async fn a_history_the_planner_refuses_is_not_loaded_again_on_every_band_turn() {
+    let app = spawn_app_with(&[ON]).await;
+    // Two human turns, the first answered at length: in the band (about 2,000 chars),
+    // and no human turn after the first message leaves 1,000 chars kept.
+    app.append("s", "user", "Why is checkout-api slow?", None, None)
+        .await;
+    app.append("s", "assistant", &crate::helpers::filler(1900), None, None)
+        .await;
+    app.append("s", "user", "And now?", None, None).await;
+    app.append("s", "assistant", "Still slow.", None, None)
+        .await;
+    for _ in 0..3 {
+        assert_eq!(app.turn_starting("s").await.reason, Reason::BelowThreshold);
+        eventually("the precompute to end", || async {
+            app.lease_owner("s").await.is_none()
+                && metric(
+                    &metrics(&app).await,
+                    "summarizer_precomputes_finished_total{outcome=\"not_planned\"}",
+                ) == 1.0
+        })
+        .await;
+    }
+    // The refusal was remembered with the session's counters: the next band turns on
+    // the same history started nothing.
+    let text = metrics(&app).await;
+    assert_eq!(metric(&text, "summarizer_precomputes_started_total"), 1.0);
+    assert_eq!(app.llm_requests().await, 0);
+}
