@@ -528,3 +528,95 @@ async fn a_history_the_planner_refuses_is_not_loaded_again_on_every_band_turn() 
     assert_eq!(metric(&text, "summarizer_precomputes_started_total"), 1.0);
     assert_eq!(app.llm_requests().await, 0);
 }
+
+/// A hostile size: 50,000 messages (about 4 MB) and a 1 MB log dump in the old part,
+/// prepared in the background and applied at the crossing turn: the pending row's
+/// arrays hold every removed message, and the apply compares them all.
+#[tokio::test]
+async fn a_fifty_thousand_message_session_with_a_megabyte_dump_is_applied_from_its_pending_summary()
+{
+    let app = spawn_app_with(&[
+        ON,
+        ("LLM_PROVIDER", "extractive"),
+        ("SUMMARY_MAX_CHARS", "1500"),
+    ])
+    .await;
+    // The dump first: it is in the old part, which the precompute summarizes.
+    app.append("big", "user", "Here is the log of the night.", None, None)
+        .await;
+    app.append(
+        "big",
+        "tool",
+        &crate::helpers::filler(1_000_000),
+        None,
+        None,
+    )
+    .await;
+    sqlx::query(
+        "INSERT INTO messages (session_id, role, content)
+         SELECT 'big', CASE WHEN m % 4 = 0 THEN 'user' ELSE 'assistant' END,
+                'step ' || m || ': orders-db-' || (m % 7) || ' p99 ' || (m % 900)
+                || ' ms, ERROR 503 on checkout-api v2.' || (m % 9)
+         FROM generate_series(1, 50000) AS m",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    app.append("big", "user", "What now?", None, None).await;
+    let total: i64 =
+        sqlx::query_scalar("SELECT total_chars FROM sessions WHERE session_id = 'big'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    // This session's own threshold puts it in the band, then a turn of 2x the band
+    // crosses it.
+    let threshold = total * 5 / 4;
+    let ask = format!(r#"{{"session_id":"big","threshold_chars":{threshold}}}"#);
+    let reply = app.send_raw(ask.as_bytes()).await;
+    assert_eq!(reply.reason, Reason::BelowThreshold, "{reply:?}");
+    // Bounded, and longer than `eventually`'s 10 s: a debug build summarizes 4 MB and
+    // extracts its facts in several seconds.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let planned: i64 = sqlx::query_scalar(
+            "SELECT coalesce(max(cardinality(removed_seqs)), 0)::bigint FROM pending_summaries",
+        )
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        if planned > 49_000 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pending summary; metrics:\n{}",
+            metrics(&app).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.append(
+        "big",
+        "assistant",
+        &crate::helpers::filler((total / 2) as usize),
+        None,
+        None,
+    )
+    .await;
+    app.append("big", "user", "And the root cause?", None, None)
+        .await;
+
+    let reply = app.send_raw(ask.as_bytes()).await;
+
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    assert!(reply.messages_removed.unwrap() > 49_000, "{reply:?}");
+    let events = app.usage_events("big").await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].4["precomputed"], true);
+    let archived: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM archived_messages WHERE session_id = 'big'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(Some(archived), reply.messages_removed);
+    assert!(app.check().await.is_clean());
+}
