@@ -52,7 +52,7 @@ use crate::config::Jobs;
 use crate::outcome::{Outcome, Reason};
 use crate::protocol::{Reply, Request};
 use crate::store::{NewDeadLetter, PgStore};
-use crate::worker::{Event, Worker, new_request_id};
+use crate::worker::{Event, Worker};
 use summarizer_client::jobs::REPLY_TO_HEADER;
 
 /// The consumer's `max_ack_pending` when this worker creates it: room for a fleet of
@@ -327,18 +327,8 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
     let request = match Request::decode(&message.payload) {
         Ok(request) => request,
         Err(invalid) => {
-            let rid = new_request_id();
-            crate::telemetry::warn_rejected_request(&rid, &invalid);
-            let outcome = Outcome::Rejected {
-                detail: invalid.to_string(),
-            };
-            worker.metrics().event(&outcome);
-            reply(
-                &server.client,
-                reply_to.as_deref(),
-                &Reply::new(&outcome, None, Some(&rid), None, 0),
-            )
-            .await;
+            let rejected = crate::transport::reject(worker, &invalid);
+            reply(&server.client, reply_to.as_deref(), &rejected).await;
             finish(&message, AckKind::Term, "terminated", worker).await;
             return;
         }
@@ -387,14 +377,7 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
             }
         };
         worker.metrics().event(&processed.outcome);
-        let answer = Reply::new(
-            &processed.outcome,
-            Some(&event.session_id),
-            Some(&rid),
-            processed.session_chars,
-            processed.duration.as_millis() as u64,
-        )
-        .with_latest_compaction_id(processed.latest_compaction_id);
+        let answer = crate::transport::reply_to_processed(&event, &processed);
         reply(&server.client, reply_to.as_deref(), &answer).await;
         match settle(&processed.outcome) {
             Settle::Ack => finish(&message, AckKind::Ack, "acked", worker).await,

@@ -21,8 +21,8 @@ use tracing::Instrument;
 use crate::config::{Settings, redact_url, url_credentials};
 use crate::health::{Health, StartBackoff};
 use crate::outcome::Outcome;
-use crate::protocol::{Reply, Request};
-use crate::worker::{Event, Worker, new_request_id};
+use crate::protocol::{InvalidRequest, Reply, Request};
+use crate::worker::{Event, Processed, Worker, new_request_id};
 
 pub struct Server {
     pub client: Client,
@@ -206,24 +206,9 @@ async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Messag
             );
             let processed = worker.process(&event).instrument(span).await;
             worker.metrics().event(&processed.outcome);
-            Reply::new(
-                &processed.outcome,
-                Some(&event.session_id),
-                Some(&event.request_id),
-                processed.session_chars,
-                processed.duration.as_millis() as u64,
-            )
-            .with_latest_compaction_id(processed.latest_compaction_id)
+            reply_to_processed(&event, &processed)
         }
-        Err(invalid) => {
-            let rid = new_request_id();
-            crate::telemetry::warn_rejected_request(&rid, &invalid);
-            let outcome = Outcome::Rejected {
-                detail: invalid.to_string(),
-            };
-            worker.metrics().event(&outcome);
-            Reply::new(&outcome, None, Some(&rid), None, 0)
-        }
+        Err(invalid) => reject(&worker, &invalid),
     };
     // A request without a reply subject was fire-and-forget: processed, not answered.
     if let Some(to) = message.reply
@@ -231,6 +216,30 @@ async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Messag
     {
         tracing::warn!(error = %e, "could not publish the reply");
     }
+}
+
+/// The reply to a processed event (a request or a job).
+pub fn reply_to_processed(event: &Event, processed: &Processed) -> Reply {
+    Reply::new(
+        &processed.outcome,
+        Some(&event.session_id),
+        Some(&event.request_id),
+        processed.session_chars,
+        processed.duration.as_millis() as u64,
+    )
+    .with_latest_compaction_id(processed.latest_compaction_id)
+}
+
+/// Logs (rate-limited) and counts an event that could not be decoded, and returns its
+/// `rejected` reply, under an id made up for it.
+pub fn reject(worker: &Worker, invalid: &InvalidRequest) -> Reply {
+    let rid = new_request_id();
+    crate::telemetry::warn_rejected_request(&rid, invalid);
+    let outcome = Outcome::Rejected {
+        detail: invalid.to_string(),
+    };
+    worker.metrics().event(&outcome);
+    Reply::new(&outcome, None, Some(&rid), None, 0)
 }
 
 /// The connect options `settings` ask for: name, authentication and TLS.

@@ -71,6 +71,24 @@ macro_rules! fingerprint_sql {
     };
 }
 
+/// After a `lease` CTE that returns the session's id when the lease was taken: the
+/// session's messages in `seq` order with their fingerprints, as [`loaded_from`] reads
+/// them (no row: not leased; one row of NULLs, the LEFT JOIN: leased, no messages).
+macro_rules! load_leased_sql {
+    () => {
+        concat!(
+            "SELECT m.seq, m.role, coalesce(m.content, '') AS content, m.tool_calls,
+                    m.tool_call_id, m.is_summary, m.chars, m.fingerprint
+             FROM lease LEFT JOIN (
+                 SELECT *, ",
+            fingerprint_sql!(),
+            " AS fingerprint FROM messages
+             ) AS m ON m.session_id = lease.session_id
+             ORDER BY m.seq"
+        )
+    };
+}
+
 /// The counters columns of a `sessions` row joined with its `session_settings` (as
 /// [`counters_from_sessions_sql`] joins them), as [`counters_from`] reads them. The
 /// remembered skip applies only while the counters are still those it was made at.
@@ -381,14 +399,8 @@ impl PgStore {
                    AND (lease_owner IS NULL OR lease_expires_at <= now())
                  RETURNING session_id
              )
-             SELECT m.seq, m.role, coalesce(m.content, '') AS content, m.tool_calls,
-                    m.tool_call_id, m.is_summary, m.chars, m.fingerprint
-             FROM lease LEFT JOIN (
-                 SELECT *, ",
-            fingerprint_sql!(),
-            " AS fingerprint FROM messages
-             ) AS m ON m.session_id = lease.session_id
-             ORDER BY m.seq"
+             ",
+            load_leased_sql!()
         ))
         .bind(session_id)
         .bind(owner)

@@ -88,14 +88,8 @@ impl PgStore {
                          AND p.requested_model IS NOT DISTINCT FROM $7)
                  RETURNING session_id
              )
-             SELECT m.seq, m.role, coalesce(m.content, '') AS content, m.tool_calls,
-                    m.tool_call_id, m.is_summary, m.chars, m.fingerprint
-             FROM lease LEFT JOIN (
-                 SELECT *, ",
-            fingerprint_sql!(),
-            " AS fingerprint FROM messages
-             ) AS m ON m.session_id = lease.session_id
-             ORDER BY m.seq"
+             ",
+            load_leased_sql!()
         ))
         .bind(session_id)
         .bind(owner)
