@@ -229,19 +229,6 @@ impl PgStore {
             _ => Applied::None,
         })
     }
-
-    /// The session's pending summary's cut and creation time, if it has one (for tests
-    /// and operators).
-    ///
-    /// # Errors
-    /// When the database is unreachable.
-    pub async fn pending_cut(&self, session_id: &str) -> Result<Option<i64>, StoreError> {
-        let cut = sqlx::query_scalar("SELECT cut_seq FROM pending_summaries WHERE session_id = $1")
-            .bind(session_id)
-            .fetch_optional(self.pool())
-            .await?;
-        Ok(cut)
-    }
 }
 
 /// What [`PgStore::save_pending`] did.

@@ -61,6 +61,17 @@ async fn until_stream_empty(nats: &async_nats::Client) {
     }
 }
 
+/// `summarizer dead-letters replay --all` against this test's database and NATS.
+async fn replay_dead_letters(app: &TestApp) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_summarizer"))
+        .args(["dead-letters", "replay", "--all"])
+        .env_clear()
+        .envs(app.env(&[]))
+        .output()
+        .await
+        .unwrap()
+}
+
 async fn compactions(app: &TestApp, session: &str) -> usize {
     app.usage_events(session).await.len()
 }
@@ -222,13 +233,7 @@ async fn a_job_that_keeps_failing_is_retried_with_a_delay_then_dead_lettered_and
     assert_eq!(compactions(&app, "s").await, 0);
 
     // The LLM is back: a replay compacts the session, once.
-    let replay = tokio::process::Command::new(env!("CARGO_BIN_EXE_summarizer"))
-        .args(["dead-letters", "replay", "--all"])
-        .env_clear()
-        .envs(app.env(&[]))
-        .output()
-        .await
-        .unwrap();
+    let replay = replay_dead_letters(&app).await;
     assert!(replay.status.success(), "{replay:?}");
     assert!(String::from_utf8_lossy(&replay.stdout).contains("replayed 1 dead letters"));
     eventually("the replayed job to compact the session", || async {
@@ -236,13 +241,7 @@ async fn a_job_that_keeps_failing_is_retried_with_a_delay_then_dead_lettered_and
     })
     .await;
     until_stream_empty(&client).await;
-    let again = tokio::process::Command::new(env!("CARGO_BIN_EXE_summarizer"))
-        .args(["dead-letters", "replay", "--all"])
-        .env_clear()
-        .envs(app.env(&[]))
-        .output()
-        .await
-        .unwrap();
+    let again = replay_dead_letters(&app).await;
     assert!(!again.status.success(), "a dead letter is replayed once");
 }
 
