@@ -17,7 +17,7 @@ use crate::health::{Health, StartBackoff};
 use crate::jobs::{self, JobServer};
 use crate::llm::Summarizer;
 use crate::metrics::Metrics;
-use crate::store::{PgStore, is_unreachable};
+use crate::store::{SharedStore, is_unreachable};
 use crate::transport::{self, Server};
 use crate::worker::{Policy, Worker};
 use crate::{http, llm};
@@ -25,7 +25,7 @@ use crate::{http, llm};
 pub struct Application {
     settings: Settings,
     metrics: Arc<Metrics>,
-    store: PgStore,
+    store: SharedStore,
     worker: Arc<Worker>,
     health: Arc<Health>,
     http: Option<TcpListener>,
@@ -35,7 +35,7 @@ impl Application {
     /// Validates the wiring and binds the HTTP listener; connects to nothing yet.
     ///
     /// # Errors
-    /// When `DATABASE_URL` is not a Postgres URL, the summarizer cannot be built, or the
+    /// When `DATABASE_URL` is not a Postgres or SQLite URL, the summarizer cannot be built, or the
     /// HTTP address is taken.
     pub async fn build(settings: &Settings) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new(settings.concurrency));
@@ -70,7 +70,7 @@ impl Application {
                  the result correct)"
             );
         }
-        let store = PgStore::connect_lazy(
+        let store = crate::store::connect_lazy(
             settings.database_url.expose(),
             settings.database_max_connections,
             settings.database_acquire_timeout,
@@ -118,7 +118,7 @@ impl Application {
         self.http.as_ref().and_then(|l| l.local_addr().ok())
     }
 
-    pub fn store(&self) -> &PgStore {
+    pub fn store(&self) -> &SharedStore {
         &self.store
     }
 
@@ -210,6 +210,7 @@ impl Application {
         self.health.set_subscribed(client.clone());
         tracing::info!(
             worker = self.worker.id(),
+            store = %self.store.backend(),
             transport = transport.as_str(),
             subject = %settings.subject,
             queue_group = %settings.queue_group,
@@ -260,7 +261,7 @@ impl Application {
         }
     }
 
-    /// Applies the migrations, waiting with backoff while Postgres is unreachable.
+    /// Applies the migrations, waiting with backoff while the database is unreachable.
     /// Returns false when `shutdown` fired first.
     async fn migrate(&self, shutdown: &CancellationToken) -> anyhow::Result<bool> {
         let url = redact_url(self.settings.database_url.expose());
@@ -281,7 +282,11 @@ impl Application {
                 return Err(error).with_context(|| format!("running migrations on {url}"));
             }
             if !backoff
-                .wait(&format!("Postgres at {url}"), &error, shutdown)
+                .wait(
+                    &format!("{} at {url}", self.store.backend()),
+                    &error,
+                    shutdown,
+                )
                 .await
             {
                 return Ok(false);

@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use crate::store::{Invariant as Query, PgStore, StoreError};
+use crate::store::{Invariant as Query, Store, StoreError};
 
 /// One invariant: its name in reports, what a breach means, the store query that lists
 /// the breaches, and what an operator can run to fix it, where there is such a command.
@@ -154,7 +154,7 @@ impl std::fmt::Display for Report {
 ///
 /// # Errors
 /// When the database is unreachable or a query fails.
-pub async fn run(store: &PgStore) -> Result<Report, StoreError> {
+pub async fn run(store: &dyn Store) -> Result<Report, StoreError> {
     let totals = store.check_totals().await?;
     let mut breaches = Vec::new();
     for invariant in INVARIANTS {

@@ -15,7 +15,7 @@ use crate::app::Application;
 use crate::client::{Decision, TurnClient};
 use crate::config::{Settings, redact_url};
 use crate::overrides::{self, Change, Overrides};
-use crate::store::{PgStore, SettingsError};
+use crate::store::{SettingsError, SharedStore, Store};
 use crate::{check, demo, telemetry, transport};
 
 /// Exit code for a configuration error (sysexits' EX_USAGE).
@@ -233,7 +233,14 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             unset,
             ..
         } if !set.is_empty() || !unset.is_empty() => {
-            return change_session(&store(&settings)?, &settings, &session_id, &unset, &set).await;
+            return change_session(
+                store(&settings)?.as_ref(),
+                &settings,
+                &session_id,
+                &unset,
+                &set,
+            )
+            .await;
         }
         Command::Session {
             session_id,
@@ -272,7 +279,9 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             );
         }
         Command::Check { json } => {
-            let report = check::run(&store(&settings)?).await.context("checking")?;
+            let report = check::run(store(&settings)?.as_ref())
+                .await
+                .context("checking")?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
@@ -282,7 +291,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        Command::Repair { apply } => print!("{}", repair(&store(&settings)?, apply).await?),
+        Command::Repair { apply } => print!("{}", repair(store(&settings)?.as_ref(), apply).await?),
         Command::Turn {
             session_id,
             timeout_ms,
@@ -305,7 +314,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
 /// them with the limits they give under this configuration; exit 64 (usage) when an edit
 /// is wrong, with nothing written.
 async fn change_session(
-    store: &PgStore,
+    store: &dyn Store,
     settings: &Settings,
     session_id: &str,
     unset: &[String],
@@ -433,7 +442,7 @@ async fn dead_letters(settings: &Settings, action: DeadLetterAction) -> anyhow::
 }
 
 /// `summarizer repair`'s report: one line per drifted session, then what was done.
-async fn repair(store: &PgStore, apply: bool) -> anyhow::Result<String> {
+async fn repair(store: &dyn Store, apply: bool) -> anyhow::Result<String> {
     let drifted = if apply {
         store
             .repair_counters()
@@ -461,8 +470,8 @@ async fn repair(store: &PgStore, apply: bool) -> anyhow::Result<String> {
     Ok(out)
 }
 
-fn store(settings: &Settings) -> anyhow::Result<PgStore> {
-    PgStore::connect_lazy(
+fn store(settings: &Settings) -> anyhow::Result<SharedStore> {
+    crate::store::connect_lazy(
         settings.database_url.expose(),
         1,
         settings.database_acquire_timeout,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_nats::connection::State;
 use serde::Serialize;
 
-use crate::store::PgStore;
+use crate::store::SharedStore;
 
 /// How long the readiness probe waits for the database.
 const DATABASE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -54,7 +54,7 @@ impl StartBackoff {
 
 #[derive(Debug)]
 pub struct Health {
-    store: PgStore,
+    store: SharedStore,
     migrated: AtomicBool,
     draining: AtomicBool,
     /// Set once subscribed; its connection state is read live.
@@ -72,7 +72,7 @@ pub struct Readiness {
 }
 
 impl Health {
-    pub fn new(store: PgStore) -> Self {
+    pub fn new(store: SharedStore) -> Self {
         Self {
             store,
             migrated: AtomicBool::new(false),

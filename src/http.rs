@@ -13,16 +13,16 @@ use serde_json::json;
 
 use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::store::PgStore;
+use crate::store::SharedStore;
 
 #[derive(Clone)]
 struct AppState {
-    store: PgStore,
+    store: SharedStore,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
 }
 
-pub fn router(store: PgStore, health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
+pub fn router(store: SharedStore, health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/stats", get(stats))
         .route("/healthz", get(|| async { "ok" }))
@@ -37,7 +37,7 @@ pub fn router(store: PgStore, health: Arc<Health>, metrics: Arc<Metrics>) -> Rou
 
 /// Prometheus's scrape: OpenMetrics text.
 async fn metrics_text(State(state): State<AppState>) -> Response {
-    let body = state.metrics.render(state.store.pool());
+    let body = state.metrics.render(state.store.connections());
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     ([(axum::http::header::CONTENT_TYPE, content_type)], body).into_response()
 }

@@ -51,7 +51,7 @@ use tracing::Instrument;
 use crate::config::Jobs;
 use crate::outcome::{Outcome, Reason};
 use crate::protocol::{Reply, Request};
-use crate::store::{NewDeadLetter, PgStore};
+use crate::store::{NewDeadLetter, SharedStore};
 use crate::worker::{Event, Worker};
 use summarizer_client::jobs::REPLY_TO_HEADER;
 
@@ -157,7 +157,7 @@ pub struct JobServer {
     pub client: Client,
     pub consumer: PullConsumer,
     pub worker: Arc<Worker>,
-    pub store: PgStore,
+    pub store: SharedStore,
     pub jobs: Jobs,
     pub concurrency: usize,
     pub shutdown_grace: Duration,

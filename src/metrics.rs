@@ -346,10 +346,9 @@ impl Metrics {
     }
 
     /// The registry as OpenMetrics text, with the pool's figures read now.
-    pub fn render(&self, pool: &sqlx::PgPool) -> String {
-        self.pool_connections.set(i64::from(pool.size()));
-        self.pool_idle
-            .set(i64::try_from(pool.num_idle()).unwrap_or(i64::MAX));
+    pub fn render(&self, (open, idle): (u32, usize)) -> String {
+        self.pool_connections.set(i64::from(open));
+        self.pool_idle.set(i64::try_from(idle).unwrap_or(i64::MAX));
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);

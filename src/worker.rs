@@ -31,7 +31,7 @@ use crate::outcome::{Compaction, Outcome, Reason};
 use crate::overrides::{self, Overrides};
 use crate::planner;
 use crate::store::{
-    Applied, CommitError, CounterReader, Counters, Loaded, NewSummary, PgStore, StoreError,
+    Applied, CommitError, CounterReader, Counters, Loaded, NewSummary, SharedStore, StoreError,
 };
 use crate::summary;
 
@@ -118,7 +118,7 @@ struct Checked {
 }
 
 pub struct Worker {
-    store: PgStore,
+    store: SharedStore,
     metrics: Arc<Metrics>,
     counters: CounterReader,
     summarizer: Arc<dyn Summarizer>,
@@ -140,7 +140,7 @@ pub struct Worker {
 impl Worker {
     /// Starts the worker's batching task: call it inside the runtime.
     pub fn new(
-        store: PgStore,
+        store: SharedStore,
         summarizer: Arc<dyn Summarizer>,
         policy: Policy,
         metrics: Arc<Metrics>,

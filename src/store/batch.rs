@@ -1,6 +1,7 @@
 //! Threshold checks coalesced: every event starts with a primary-key read of its
-//! session's counters (and settings), and under load those reads become one `= ANY($1)` query per batch
-//! instead of one query per event.
+//! session's counters (and settings), and under load those reads become one
+//! [`Store::counters_of`](super::Store::counters_of) query per batch instead of one query
+//! per event.
 //!
 //! No event waits for a batch to fill: when no query is in flight, a lookup is sent at
 //! once, alone, from the event's own task (no hop through the batching task at low
@@ -16,7 +17,7 @@ use futures_util::stream::FuturesUnordered;
 use sqlx::Row;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Counters, PgStore, StoreError, counters_from};
+use super::{Counters, PgStore, SharedStore, StoreError, counters_from};
 
 /// Batched queries in flight at once. Small: the database shares the machine, and fewer,
 /// larger queries cost it less than many small ones.
@@ -34,7 +35,7 @@ struct Lookup {
 /// A handle to the batching task; cheap to clone. The task ends with the last handle.
 #[derive(Clone, Debug)]
 pub struct CounterReader {
-    store: PgStore,
+    store: SharedStore,
     lookups: mpsc::UnboundedSender<Lookup>,
     /// Queries running now, direct or batched.
     in_flight: Arc<AtomicUsize>,
@@ -71,7 +72,7 @@ impl Drop for InFlight {
 
 impl CounterReader {
     /// Starts the batching task on the current runtime.
-    pub fn spawn(store: PgStore) -> Self {
+    pub fn spawn(store: SharedStore) -> Self {
         let (lookups, receiver) = mpsc::unbounded_channel();
         let in_flight = Arc::new(AtomicUsize::new(0));
         tokio::spawn(run(store.clone(), receiver, in_flight.clone()));
@@ -105,7 +106,7 @@ impl CounterReader {
 }
 
 async fn run(
-    store: PgStore,
+    store: SharedStore,
     mut lookups: mpsc::UnboundedReceiver<Lookup>,
     slots: Arc<AtomicUsize>,
 ) {
@@ -139,37 +140,14 @@ async fn run(
 }
 
 /// One query for the whole batch; each lookup gets its session's row.
-async fn answer(store: PgStore, batch: Vec<Lookup>, _slot: InFlight) {
+async fn answer(store: SharedStore, batch: Vec<Lookup>, _slot: InFlight) {
     let mut ids: Vec<&str> = batch.iter().map(|l| l.session_id.as_str()).collect();
     ids.sort_unstable();
     ids.dedup();
-    // One primary-key lookup per session, whatever the table's size: the LIMIT keeps the
-    // lateral subquery from being flattened into a join, which the planner turned into a
-    // sequential scan of all sessions (hashed) for small tables, and a plain
-    // `session_id = ANY($1)` also went that way (profiled: 20% of the machine's CPU in
-    // Postgres at 26k no-op events/s).
-    // The session's settings come in the same lookup (a LEFT JOIN on their primary key).
-    let rows = sqlx::query(concat!(
-        "SELECT wanted.session_id, s.*
-         FROM unnest($1::text[]) AS wanted (session_id)
-         CROSS JOIN LATERAL (
-             SELECT ",
-        counters_columns_sql!(),
-        counters_from_sessions_sql!(),
-        "WHERE sessions.session_id = wanted.session_id
-             LIMIT 1
-         ) AS s"
-    ))
-    .bind(&ids)
-    .fetch_all(store.pool())
-    .await;
-    let found: Result<HashMap<String, Counters>, StoreError> =
-        rows.map_err(StoreError::from).and_then(|rows| {
-            rows.iter()
-                .map(|r| Ok((r.try_get("session_id")?, counters_from(r)?)))
-                .collect::<Result<_, sqlx::Error>>()
-                .map_err(StoreError::from)
-        });
+    let found: Result<HashMap<String, Counters>, StoreError> = store
+        .counters_of(&ids)
+        .await
+        .map(|rows| rows.into_iter().collect());
     for lookup in batch {
         let answer = match &found {
             Ok(found) => Ok(found.get(&lookup.session_id).cloned()),
@@ -177,5 +155,40 @@ async fn answer(store: PgStore, batch: Vec<Lookup>, _slot: InFlight) {
         };
         // The event may have been abandoned (shutdown); nobody to tell then.
         let _ = lookup.answer.send(answer);
+    }
+}
+
+impl PgStore {
+    /// The counters of `session_ids`, in one query: one primary-key lookup per session,
+    /// whatever the table's size. The LIMIT keeps the lateral subquery from being
+    /// flattened into a join, which the planner turned into a sequential scan of all
+    /// sessions (hashed) for small tables, and a plain `session_id = ANY($1)` also went
+    /// that way (profiled: 20% of the machine's CPU in Postgres at 26k no-op events/s).
+    /// The session's settings come in the same lookup (a LEFT JOIN on their primary key).
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn counters_of(
+        &self,
+        session_ids: &[&str],
+    ) -> Result<Vec<(String, Counters)>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT wanted.session_id, s.*
+             FROM unnest($1::text[]) AS wanted (session_id)
+             CROSS JOIN LATERAL (
+                 SELECT ",
+            counters_columns_sql!(),
+            counters_from_sessions_sql!(),
+            "WHERE sessions.session_id = wanted.session_id
+                 LIMIT 1
+             ) AS s"
+        ))
+        .bind(session_ids)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("session_id")?, counters_from(r)?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
     }
 }

@@ -6,7 +6,6 @@
 use std::fmt;
 
 use sqlx::Row;
-use sqlx::postgres::PgRow;
 
 use super::{PgStore, StoreError};
 
@@ -286,8 +285,8 @@ impl PgStore {
     /// # Errors
     /// When the database is unreachable.
     pub async fn counter_drift(&self) -> Result<Vec<CounterDrift>, StoreError> {
-        let rows = sqlx::query(COUNTER_DRIFT).fetch_all(&self.pool).await?;
-        drifts_from(&rows)
+        let rows: Vec<DriftRow> = sqlx::query_as(COUNTER_DRIFT).fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 
     /// Recomputes drifted counters from the messages and writes them, in one transaction
@@ -317,17 +316,16 @@ impl PgStore {
         .bind(&drifted)
         .execute(&mut *tx)
         .await?;
-        let rows = sqlx::query(REPAIR_COUNTERS)
+        let rows: Vec<DriftRow> = sqlx::query_as(REPAIR_COUNTERS)
             .bind(&drifted)
             .fetch_all(&mut *tx)
             .await?;
-        let repaired = drifts_from(&rows)?;
         tx.commit().await?;
-        Ok(repaired)
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 }
 
-fn drift_finding(drift: &CounterDrift) -> Finding {
+pub(super) fn drift_finding(drift: &CounterDrift) -> Finding {
     let stored = drift
         .stored
         .map_or_else(|| "none".to_owned(), |s| s.to_string());
@@ -337,27 +335,37 @@ fn drift_finding(drift: &CounterDrift) -> Finding {
     }
 }
 
-fn drifts_from(rows: &[PgRow]) -> Result<Vec<CounterDrift>, StoreError> {
-    rows.iter()
-        .map(|r| {
-            let stored = match r.try_get::<Option<i64>, _>("stored_chars")? {
-                Some(total_chars) => Some(SessionCounts {
-                    total_chars,
-                    message_count: r.try_get("stored_count")?,
-                    human_turns: r.try_get("stored_turns")?,
-                }),
-                None => None,
-            };
-            Ok(CounterDrift {
-                session_id: r.try_get("session_id")?,
-                stored,
-                actual: SessionCounts {
-                    total_chars: r.try_get("chars")?,
-                    message_count: r.try_get("count")?,
-                    human_turns: r.try_get("turns")?,
-                },
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(Into::into)
+/// A row of [`COUNTER_DRIFT`] or [`REPAIR_COUNTERS`] (and of their SQLite forms): the
+/// stored counters (NULL without a `sessions` row) and those the messages give.
+#[derive(sqlx::FromRow)]
+pub(super) struct DriftRow {
+    session_id: String,
+    stored_chars: Option<i64>,
+    stored_count: Option<i64>,
+    stored_turns: Option<i64>,
+    chars: i64,
+    count: i64,
+    turns: i64,
+}
+
+impl From<DriftRow> for CounterDrift {
+    fn from(row: DriftRow) -> Self {
+        let stored = match (row.stored_chars, row.stored_count, row.stored_turns) {
+            (Some(total_chars), Some(message_count), Some(human_turns)) => Some(SessionCounts {
+                total_chars,
+                message_count,
+                human_turns,
+            }),
+            _ => None,
+        };
+        Self {
+            session_id: row.session_id,
+            stored,
+            actual: SessionCounts {
+                total_chars: row.chars,
+                message_count: row.count,
+                human_turns: row.turns,
+            },
+        }
+    }
 }

@@ -113,20 +113,24 @@ macro_rules! counters_from_sessions_sql {
     };
 }
 
+mod api;
 mod batch;
 mod check;
 mod dead_letters;
 mod pending;
 mod restore;
 mod settings;
+pub mod sqlite;
 mod stats;
 
+pub use api::{Backend, SharedStore, Store, connect_lazy};
 pub use batch::CounterReader;
 pub use check::{CounterDrift, Finding, Invariant, SessionCounts, Totals};
 pub use dead_letters::{DeadLetter, NewDeadLetter};
 pub use pending::{Applied, Discard, Saved};
 pub use restore::{CompactionView, Pruned, RestoreError, Restored, SessionView};
 pub use settings::SettingsError;
+pub use sqlite::SqliteStore;
 pub use stats::{Day, Stats, StatsReport};
 
 /// A session's counters, maintained by triggers on `messages`, and its settings.
@@ -261,6 +265,28 @@ impl NewSummary<'_> {
             if let Some(outcome) = facts.retry {
                 metadata["fact_retry_outcome"] = json!(outcome.as_str());
             }
+        }
+        metadata
+    }
+
+    /// The usage event's whole metadata: [`NewSummary::summary_metadata`] and the turn's
+    /// figures (what was removed and kept, the request, the duration).
+    pub fn event_metadata(&self) -> serde_json::Value {
+        let chars_removed: i64 = self.removed_chars.iter().sum();
+        let mut metadata = self.summary_metadata();
+        for (key, value) in [
+            ("summarization", json!(true)),
+            ("messages_removed", json!(self.removed_seqs.len())),
+            ("chars_removed", json!(chars_removed)),
+            ("messages_kept", json!(self.messages_kept)),
+            (
+                "summary_chars",
+                json!(crate::message::char_count(self.text)),
+            ),
+            ("request_id", json!(self.request_id)),
+            ("duration_ms", json!(self.duration_ms)),
+        ] {
+            metadata[key] = value;
         }
         metadata
     }
@@ -530,22 +556,7 @@ impl PgStore {
     /// wrong, [`CommitError::Store`] when the database fails; nothing is written in any case.
     pub async fn commit(&self, summary: &NewSummary<'_>) -> Result<Committed, CommitError> {
         let mut tx = self.pool.begin().await?;
-        let chars_removed: i64 = summary.removed_chars.iter().sum();
-        let mut metadata = summary.summary_metadata();
-        for (key, value) in [
-            ("summarization", json!(true)),
-            ("messages_removed", json!(summary.removed_seqs.len())),
-            ("chars_removed", json!(chars_removed)),
-            ("messages_kept", json!(summary.messages_kept)),
-            (
-                "summary_chars",
-                json!(crate::message::char_count(summary.text)),
-            ),
-            ("request_id", json!(summary.request_id)),
-            ("duration_ms", json!(summary.duration_ms)),
-        ] {
-            metadata[key] = value;
-        }
+        let metadata = summary.event_metadata();
         // One statement: the fence (which also locks the session row first, so appends,
         // whose trigger updates it, queue behind this transaction instead of deadlocking
         // with it), then, only if the lease is still ours, the usage event and the

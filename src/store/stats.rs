@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use sqlx::Row;
 
 use super::{PgStore, StoreError};
 
@@ -51,7 +50,7 @@ pub struct Stats {
     pub precomputed_share: Option<f64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct Day {
     /// `YYYY-MM-DD`, UTC.
     pub day: String,
@@ -85,7 +84,7 @@ impl PgStore {
     /// # Errors
     /// When the database is unreachable.
     pub async fn stats(&self, days: i32) -> Result<StatsReport, StoreError> {
-        let totals = sqlx::query(
+        let totals: Totals = sqlx::query_as(
             "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
                     total_tokens_compacted, prompt_tokens, completion_tokens, mean_fact_recall,
                     total_precomputed,
@@ -108,7 +107,7 @@ impl PgStore {
         )
         .fetch_all(self.pool())
         .await?;
-        let daily = sqlx::query(
+        let daily = sqlx::query_as(
             "SELECT to_char(d.day, 'YYYY-MM-DD') AS day,
                     coalesce(c.compactions, 0) AS compactions,
                     coalesce(c.chars_removed, 0) AS chars_removed,
@@ -125,48 +124,59 @@ impl PgStore {
         )
         .bind(days)
         .fetch_all(self.pool())
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(Day {
-                day: r.try_get("day")?,
-                compactions: r.try_get("compactions")?,
-                chars_removed: r.try_get("chars_removed")?,
-                messages_removed: r.try_get("messages_removed")?,
-                prompt_tokens: r.try_get("prompt_tokens")?,
-                completion_tokens: r.try_get("completion_tokens")?,
-                failures: r.try_get("failures")?,
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()?;
-        let total: i64 = totals.try_get("total_summarizations")?;
-        let chars: i64 = totals.try_get("total_chars_compacted")?;
-        let precomputed: i64 = totals.try_get("total_precomputed")?;
-        Ok(StatsReport {
-            summary: Stats {
-                total_summarizations: total,
-                total_chars_compacted: chars,
-                total_messages_compacted: totals.try_get("total_messages_compacted")?,
-                total_tokens_compacted: totals.try_get("total_tokens_compacted")?,
-                prompt_tokens: totals.try_get("prompt_tokens")?,
-                completion_tokens: totals.try_get("completion_tokens")?,
-                average_chars_removed: (total > 0).then(|| chars as f64 / total as f64),
-                p50_duration_ms: percentile(&buckets, 0.50),
-                p95_duration_ms: percentile(&buckets, 0.95),
-                failures_by_reason: failures,
-                last_summarization_at: totals.try_get("last_summarization_at")?,
-                mean_fact_recall: totals.try_get("mean_fact_recall")?,
-                total_precomputed: precomputed,
-                precomputed_share: (total > 0).then(|| precomputed as f64 / total as f64),
-            },
-            daily,
-        })
+        .await?;
+        Ok(report(totals, failures, &buckets, daily))
+    }
+}
+
+/// The columns of `summarization_stats` a report is made of, as both stores read them.
+#[derive(sqlx::FromRow)]
+pub(super) struct Totals {
+    total_summarizations: i64,
+    total_chars_compacted: i64,
+    total_messages_compacted: i64,
+    total_tokens_compacted: i64,
+    prompt_tokens: i64,
+    completion_tokens: i64,
+    mean_fact_recall: Option<f64>,
+    total_precomputed: i64,
+    last_summarization_at: Option<String>,
+}
+
+/// The report from what the rollups hold: totals, failures by reason, the duration
+/// histogram's buckets and the per-day series.
+pub(super) fn report(
+    totals: Totals,
+    failures_by_reason: BTreeMap<String, i64>,
+    buckets: &[(i16, i64)],
+    daily: Vec<Day>,
+) -> StatsReport {
+    let total = totals.total_summarizations;
+    let share = |n: i64| (total > 0).then(|| n as f64 / total as f64);
+    StatsReport {
+        summary: Stats {
+            total_summarizations: total,
+            total_chars_compacted: totals.total_chars_compacted,
+            total_messages_compacted: totals.total_messages_compacted,
+            total_tokens_compacted: totals.total_tokens_compacted,
+            prompt_tokens: totals.prompt_tokens,
+            completion_tokens: totals.completion_tokens,
+            average_chars_removed: share(totals.total_chars_compacted),
+            p50_duration_ms: percentile(buckets, 0.50),
+            p95_duration_ms: percentile(buckets, 0.95),
+            failures_by_reason,
+            last_summarization_at: totals.last_summarization_at,
+            mean_fact_recall: totals.mean_fact_recall,
+            total_precomputed: totals.total_precomputed,
+            precomputed_share: share(totals.total_precomputed),
+        },
+        daily,
     }
 }
 
 /// The upper bound, in ms, of the bucket holding the `q` quantile: bucket `b` counts
 /// durations under 2^(b/2) ms (see `duration_bucket` in migration 5).
-fn percentile(buckets: &[(i16, i64)], q: f64) -> Option<f64> {
+pub(super) fn percentile(buckets: &[(i16, i64)], q: f64) -> Option<f64> {
     let total: i64 = buckets.iter().map(|(_, n)| n).sum();
     if total == 0 {
         return None;

@@ -1,0 +1,279 @@
+//! The queries behind `summarizer check` and `summarizer repair` on SQLite: the same
+//! invariants as `store::check`, each one query listing the sessions that break it, in
+//! SQLite's JSON functions.
+
+use sqlx::Row;
+
+use super::SqliteStore;
+use crate::store::check::{DriftRow, drift_finding};
+use crate::store::{CounterDrift, Finding, Invariant, StoreError, Totals};
+
+/// The calls of `<alias>.tool_calls` as the worker reads them (`Message::calls`), as
+/// Postgres's `tool_calls_array` function does: an array as is, a JSON string holding an
+/// array decoded, anything else `[]`. Nested CASEs, because only CASE promises to test
+/// before it reads, and json_type fails on text that is not JSON.
+macro_rules! tool_calls_array_sql {
+    ($alias:literal) => {
+        concat!(
+            "CASE WHEN NOT json_valid(",
+            $alias,
+            ".tool_calls) THEN '[]'
+                  WHEN json_type(",
+            $alias,
+            ".tool_calls) = 'array' THEN ",
+            $alias,
+            ".tool_calls
+                  WHEN json_type(",
+            $alias,
+            ".tool_calls) = 'text' THEN
+                      CASE WHEN NOT json_valid(json_extract(",
+            $alias,
+            ".tool_calls, '$')) THEN '[]'
+                           WHEN json_type(json_extract(",
+            $alias,
+            ".tool_calls, '$')) = 'array'
+                           THEN json_extract(",
+            $alias,
+            ".tool_calls, '$')
+                           ELSE '[]' END
+                  ELSE '[]' END"
+        )
+    };
+}
+
+/// Whether a message `<alias>` of the session of `t` makes the call `t` answers: its
+/// calls as `jsonb_array_elements(tool_calls_array(...))` gives them in Postgres, an
+/// element's `id` read only from an object (as `call ->> 'id'` reads it).
+macro_rules! calls_of_sql {
+    ($table:literal, $alias:literal) => {
+        concat!(
+            "SELECT 1 FROM ",
+            $table,
+            " ",
+            $alias,
+            ", json_each(",
+            tool_calls_array_sql!($alias),
+            ") AS call
+             WHERE ",
+            $alias,
+            ".session_id = t.session_id AND ",
+            $alias,
+            ".tool_calls IS NOT NULL
+               AND CASE WHEN call.type = 'object' THEN json_extract(call.value, '$.id') END
+                   = t.tool_call_id"
+        )
+    };
+}
+
+/// `(session_id, detail)` for each breach of `invariant`, as `Invariant::sql` lists them
+/// on Postgres. `None` for [`Invariant::CountersDrift`], read through
+/// [`SqliteStore::counter_drift`].
+fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
+    Some(match invariant {
+        Invariant::DuplicatedMessage => {
+            "SELECT session_id, 'seq ' || seq FROM (
+                 SELECT session_id, seq FROM messages WHERE NOT is_summary
+                 UNION ALL
+                 SELECT session_id, seq FROM archived_messages WHERE NOT is_summary
+             ) AS everything
+             GROUP BY session_id, seq HAVING count(*) > 1"
+        }
+        Invariant::SeveralSummaries => {
+            "SELECT session_id, count(*) || ' summaries' FROM messages WHERE is_summary
+             GROUP BY session_id HAVING count(*) > 1"
+        }
+        Invariant::MisplacedSummary => {
+            "SELECT s.session_id, 'summary seq ' || s.seq || ', message seq ' || min(m.seq)
+             FROM messages s
+             JOIN messages m ON m.session_id = s.session_id AND m.seq < s.seq
+                 AND m.role <> 'system' AND NOT m.is_summary
+             WHERE s.is_summary
+             GROUP BY s.session_id, s.seq"
+        }
+        Invariant::SeparatedToolResult => concat!(
+            "SELECT t.session_id, 'tool_call_id ' || t.tool_call_id
+             FROM messages t
+             WHERE t.tool_call_id IS NOT NULL
+               AND NOT EXISTS (",
+            calls_of_sql!("messages", "c"),
+            " AND c.seq < t.seq)
+               AND EXISTS (",
+            calls_of_sql!("archived_messages", "a"),
+            ")"
+        ),
+        Invariant::UnpairedToolResult => concat!(
+            "SELECT t.session_id, 'tool_call_id ' || t.tool_call_id
+             FROM messages t
+             WHERE t.tool_call_id IS NOT NULL
+               AND NOT EXISTS (",
+            calls_of_sql!("messages", "c"),
+            " AND c.seq < t.seq)
+               AND NOT EXISTS (",
+            calls_of_sql!("archived_messages", "a"),
+            ")"
+        ),
+        // The table's CHECK refuses these rows, so this finds none unless the check was
+        // bypassed (`PRAGMA ignore_check_constraints`). Types are named as jsonb_typeof
+        // names them.
+        Invariant::ToolCallsNotAnArray => {
+            "SELECT session_id, 'seq ' || seq || ': ' ||
+                    CASE WHEN NOT json_valid(tool_calls) THEN 'not JSON'
+                         ELSE 'a JSON ' || CASE json_type(tool_calls)
+                             WHEN 'text' THEN 'string' WHEN 'integer' THEN 'number'
+                             WHEN 'real' THEN 'number' WHEN 'true' THEN 'boolean'
+                             WHEN 'false' THEN 'boolean' ELSE json_type(tool_calls) END
+                    END
+             FROM messages
+             WHERE tool_calls IS NOT NULL
+               AND CASE WHEN json_valid(tool_calls)
+                        THEN json_type(tool_calls) NOT IN ('array', 'null') ELSE 1 END"
+        }
+        Invariant::CompactionWithoutUsageEvent => {
+            "SELECT DISTINCT a.session_id, 'compaction ' || a.compaction_id
+             FROM archived_messages a
+             LEFT JOIN usage_events u ON u.id = a.compaction_id
+                 AND json_type(u.metadata, '$.summarization') = 'true'
+             WHERE u.id IS NULL"
+        }
+        Invariant::UsageEventMismatch => {
+            "SELECT u.session_id, 'compaction ' || u.id || ': metadata says '
+                    || json_extract(u.metadata, '$.messages_removed') || ' msgs/'
+                    || json_extract(u.metadata, '$.chars_removed') || ' chars, archive holds '
+                    || count(a.seq) || '/' || coalesce(sum(a.chars), 0)
+             FROM usage_events u
+             LEFT JOIN archived_messages a ON a.compaction_id = u.id
+             WHERE json_type(u.metadata, '$.summarization') = 'true'
+               AND json_type(u.metadata, '$.restored_at') IS NULL
+               AND json_type(u.metadata, '$.archive_pruned_at') IS NULL
+             GROUP BY u.id
+             HAVING count(a.seq)
+                        <> CAST(json_extract(u.metadata, '$.messages_removed') AS INTEGER)
+                 OR coalesce(sum(a.chars), 0)
+                        <> CAST(json_extract(u.metadata, '$.chars_removed') AS INTEGER)"
+        }
+        Invariant::SummaryWithoutCompaction => {
+            "SELECT m.session_id, 'summary seq ' || m.seq FROM messages m
+             WHERE m.is_summary AND NOT EXISTS (
+                 SELECT 1 FROM usage_events u WHERE u.session_id = m.session_id
+                     AND json_type(u.metadata, '$.summarization') = 'true'
+                     AND json_type(u.metadata, '$.restored_at') IS NULL)"
+        }
+        Invariant::CountersDrift => return None,
+    })
+}
+
+/// Every session whose stored counters differ from its messages, and every session with
+/// messages but no row, in the columns [`DriftRow`] reads (stored counters NULL without
+/// a row). (FULL JOIN: SQLite 3.39.)
+macro_rules! counter_drift_sql {
+    () => {
+        "SELECT coalesce(s.session_id, m.session_id) AS session_id,
+                s.total_chars AS stored_chars, s.message_count AS stored_count,
+                s.human_turns AS stored_turns,
+                coalesce(m.chars, 0) AS chars, coalesce(m.n, 0) AS count,
+                coalesce(m.turns, 0) AS turns
+         FROM sessions s
+         FULL JOIN (
+             SELECT session_id, sum(chars) AS chars, count(*) AS n,
+                    count(*) FILTER (WHERE role = 'user' AND NOT is_summary) AS turns
+             FROM messages GROUP BY session_id
+         ) AS m ON m.session_id = s.session_id
+         WHERE s.session_id IS NULL
+            OR s.total_chars <> coalesce(m.chars, 0)
+            OR s.message_count <> coalesce(m.n, 0)
+            OR s.human_turns <> coalesce(m.turns, 0)
+         ORDER BY 1"
+    };
+}
+
+impl SqliteStore {
+    /// How many sessions, messages, archived messages and compactions there are.
+    ///
+    /// # Errors
+    /// When the file cannot be read.
+    pub async fn check_totals(&self) -> Result<Totals, StoreError> {
+        let row = sqlx::query(
+            "SELECT (SELECT count(*) FROM sessions) AS sessions,
+                    (SELECT count(*) FROM messages) AS messages,
+                    (SELECT count(*) FROM archived_messages) AS archived,
+                    (SELECT count(*) FROM usage_events
+                     WHERE json_type(metadata, '$.summarization') = 'true') AS compactions",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        Ok(Totals {
+            sessions: row.try_get("sessions")?,
+            messages: row.try_get("messages")?,
+            archived_messages: row.try_get("archived")?,
+            compactions: row.try_get("compactions")?,
+        })
+    }
+
+    /// Every breach of `invariant`; empty when it holds. The same invariants and details
+    /// as on Postgres; `tool_calls_not_an_array` can only find rows written with the
+    /// table's CHECK bypassed.
+    ///
+    /// # Errors
+    /// When the file cannot be read or the query fails.
+    pub async fn breaches(&self, invariant: Invariant) -> Result<Vec<Finding>, StoreError> {
+        let Some(sql) = breaches_sql(invariant) else {
+            let drift = self.counter_drift().await?;
+            return Ok(drift.iter().map(drift_finding).collect());
+        };
+        let rows = sqlx::query(sql).fetch_all(self.pool()).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Finding {
+                    session_id: r.try_get(0)?,
+                    detail: r.try_get::<Option<String>, _>(1)?.unwrap_or_default(),
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
+    /// Sessions whose counters differ from their messages, by session id. Writes
+    /// nothing.
+    ///
+    /// # Errors
+    /// When the file cannot be read.
+    pub async fn counter_drift(&self) -> Result<Vec<CounterDrift>, StoreError> {
+        let rows: Vec<DriftRow> = sqlx::query_as(counter_drift_sql!())
+            .fetch_all(self.pool())
+            .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    /// Recomputes drifted counters from the messages and writes them (creating missing
+    /// rows), returning what it changed, stored (before) and actual (after). One
+    /// transaction holding the file's write lock from the drift's read to the write, so
+    /// no append falls between them (Postgres locks the drifted rows instead).
+    ///
+    /// # Errors
+    /// When the file cannot be written; nothing is written then.
+    pub async fn repair_counters(&self) -> Result<Vec<CounterDrift>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let rows: Vec<DriftRow> = sqlx::query_as(counter_drift_sql!())
+            .fetch_all(&mut *tx)
+            .await?;
+        let repaired: Vec<CounterDrift> = rows.into_iter().map(Into::into).collect();
+        if !repaired.is_empty() {
+            sqlx::query(concat!(
+                "INSERT INTO sessions (session_id, total_chars, message_count, human_turns)
+                 SELECT session_id, chars, count, turns FROM (",
+                counter_drift_sql!(),
+                ")
+                 WHERE true -- the upsert's ON CONFLICT, not a join's
+                 ON CONFLICT (session_id) DO UPDATE SET
+                     total_chars = excluded.total_chars,
+                     message_count = excluded.message_count,
+                     human_turns = excluded.human_turns,
+                     skip_reason = NULL"
+            ))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(repaired)
+    }
+}

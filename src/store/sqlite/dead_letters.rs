@@ -1,0 +1,138 @@
+//! Dead letters on SQLite, kept for `summarizer dead-letters list|replay|purge` as
+//! `store::dead_letters` keeps them on Postgres.
+
+use sqlx::Row;
+
+use super::{RFC3339, SqliteStore};
+use crate::store::{DeadLetter, NewDeadLetter, StoreError};
+
+impl SqliteStore {
+    /// Whether the session has a compaction made for the request `request_id`: a job
+    /// delivered again after its commit is then done.
+    ///
+    /// # Errors
+    /// When the file cannot be read.
+    pub async fn compacted_for(
+        &self,
+        session_id: &str,
+        request_id: &str,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query_scalar(
+            "SELECT EXISTS (
+                 SELECT 1 FROM usage_events
+                 WHERE session_id = ?1 AND json_extract(metadata, '$.request_id') = ?2
+                   AND json_type(metadata, '$.summarization') = 'true')",
+        )
+        .bind(session_id)
+        .bind(request_id)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(done)
+    }
+
+    /// Keeps a job that will not be delivered again. Returns its id, or `None` when
+    /// the same job (`job_key`) was kept already. `deliveries` is stored whole (Postgres
+    /// caps it at an `integer`'s range).
+    ///
+    /// # Errors
+    /// When the file cannot be written; the caller must then leave the job in the stream.
+    pub async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError> {
+        let _turn = self.write_turn().await;
+        let id = sqlx::query_scalar(
+            "INSERT INTO dead_letters
+                 (session_id, subject, msg_id, payload, last_error, deliveries, job_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (job_key) DO NOTHING RETURNING id",
+        )
+        .bind(job.session_id)
+        .bind(job.subject)
+        .bind(job.msg_id)
+        .bind(job.payload)
+        .bind(job.last_error)
+        .bind(job.deliveries)
+        .bind(job.job_key)
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(id)
+    }
+
+    /// The dead letters, oldest first: those not replayed yet, or all with `all`.
+    ///
+    /// # Errors
+    /// When the file cannot be read.
+    pub async fn dead_letters(&self, all: bool) -> Result<Vec<DeadLetter>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, session_id, subject, msg_id, payload, last_error, deliveries,
+                    coalesce(strftime(?2, created_at), created_at) AS created_at,
+                    coalesce(strftime(?2, replayed_at), replayed_at) AS replayed_at
+             FROM dead_letters WHERE ?1 OR replayed_at IS NULL ORDER BY id",
+        )
+        .bind(all)
+        .bind(RFC3339)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(DeadLetter {
+                    id: r.try_get("id")?,
+                    session_id: r.try_get("session_id")?,
+                    subject: r.try_get("subject")?,
+                    msg_id: r.try_get("msg_id")?,
+                    payload: r.try_get("payload")?,
+                    last_error: r.try_get("last_error")?,
+                    deliveries: r.try_get("deliveries")?,
+                    created_at: r.try_get("created_at")?,
+                    replayed_at: r.try_get("replayed_at")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(Into::into)
+    }
+
+    /// Marks a dead letter replayed, unless it was already: `false` then, and the
+    /// caller must not publish it again.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub async fn mark_replayed(&self, id: i64) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let marked = sqlx::query(
+            "UPDATE dead_letters SET replayed_at = strftime(?2, 'now')
+             WHERE id = ?1 AND replayed_at IS NULL",
+        )
+        .bind(id)
+        .bind(RFC3339)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        Ok(marked == 1)
+    }
+
+    /// Undoes [`SqliteStore::mark_replayed`] when the publish failed.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub async fn unmark_replayed(&self, id: i64) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        sqlx::query("UPDATE dead_letters SET replayed_at = NULL WHERE id = ?1")
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes dead letters: the replayed ones, or every one with `all`. Returns how
+    /// many.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub async fn purge_dead_letters(&self, all: bool) -> Result<u64, StoreError> {
+        let _turn = self.write_turn().await;
+        let deleted = sqlx::query("DELETE FROM dead_letters WHERE ?1 OR replayed_at IS NOT NULL")
+            .bind(all)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        Ok(deleted)
+    }
+}

@@ -1,0 +1,333 @@
+//! Pending summaries in SQLite: what `apply_pending_summary` does in Postgres, as one
+//! write transaction here (SQLite has no stored procedures, and the transaction runs in
+//! this process anyway, so it costs no round trips).
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sqlx::Row;
+
+use super::{Prefix, SqliteStore, now_ms, replace_prefix, write_summary};
+use crate::config::Limits;
+use crate::message::char_count;
+use crate::store::{Applied, Discard, Loaded, NewSummary, Saved, StoreError, millis};
+
+impl SqliteStore {
+    /// Takes the session's lease for a precompute and loads the history, unless another
+    /// owner holds the lease or the session already has a pending summary younger than
+    /// `ttl` for the same limits and model. `None` when there is nothing to do.
+    ///
+    /// # Errors
+    /// When the database fails; no lease is taken then.
+    pub async fn take_lease_for_precompute(
+        &self,
+        session_id: &str,
+        owner: &str,
+        duration: Duration,
+        (limits, model): (Limits, Option<&str>),
+        ttl: Duration,
+    ) -> Result<Option<Loaded>, StoreError> {
+        let turn = self.write_turn().await;
+        let taken = sqlx::query(concat!(
+            "UPDATE sessions SET lease_owner = ?2, lease_expires_at = ?3 + ?4
+             WHERE session_id = ?1 AND ",
+            lease_free_sql!(),
+            " AND NOT EXISTS (
+                 SELECT 1 FROM pending_summaries p
+                 WHERE p.session_id = ?1 AND p.created_at > ?3 - ?5
+                   AND p.threshold_chars = ?6 AND p.keep_chars = ?7
+                   AND p.requested_model IS ?8)"
+        ))
+        .bind(session_id)
+        .bind(owner)
+        .bind(now_ms())
+        .bind(millis(duration))
+        .bind(millis(ttl))
+        .bind(limits.threshold_chars)
+        .bind(limits.keep_chars)
+        .bind(model)
+        .execute(self.pool())
+        .await?
+        .rows_affected();
+        drop(turn);
+        if taken == 0 {
+            return Ok(None);
+        }
+        match self.load(session_id).await {
+            Ok(loaded) => Ok(Some(loaded)),
+            Err(e) => {
+                let _ = self.release_lease(session_id, owner).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Stores `pending` as the session's pending summary and gives the lease back, fenced
+    /// on the lease; drops other sessions' pending summaries older than `ttl` (at most
+    /// 100). One transaction; as [`crate::store::PgStore::save_pending`].
+    ///
+    /// # Errors
+    /// When the database fails; nothing is written then.
+    pub async fn save_pending(
+        &self,
+        pending: &NewSummary<'_>,
+        limits: Limits,
+        ttl: Duration,
+    ) -> Result<Saved, StoreError> {
+        let mut metadata = pending.summary_metadata();
+        metadata["precompute_ms"] = json!(pending.duration_ms);
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        let expired = sqlx::query(
+            "DELETE FROM pending_summaries WHERE session_id IN (
+                 SELECT session_id FROM pending_summaries
+                 WHERE created_at <= ?2 - ?3 AND session_id <> ?1 LIMIT 100)",
+        )
+        .bind(pending.session_id)
+        .bind(now)
+        .bind(millis(ttl))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let fenced = sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
+             WHERE session_id = ?1 AND lease_owner = ?2",
+        )
+        .bind(pending.session_id)
+        .bind(pending.lease_owner)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        let mut replaced = false;
+        if fenced {
+            replaced = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pending_summaries WHERE session_id = ?1)",
+            )
+            .bind(pending.session_id)
+            .fetch_one(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO pending_summaries (session_id, cut_seq, removed_seqs,
+                     removed_chars, removed_versions, prefix_hash, threshold_chars, keep_chars,
+                     requested_model, summary, model, prompt_tokens, completion_tokens,
+                     metadata, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                 ON CONFLICT (session_id) DO UPDATE SET
+                     cut_seq = excluded.cut_seq, removed_seqs = excluded.removed_seqs,
+                     removed_chars = excluded.removed_chars,
+                     removed_versions = excluded.removed_versions,
+                     prefix_hash = excluded.prefix_hash,
+                     threshold_chars = excluded.threshold_chars,
+                     keep_chars = excluded.keep_chars,
+                     requested_model = excluded.requested_model,
+                     summary = excluded.summary, model = excluded.model,
+                     prompt_tokens = excluded.prompt_tokens,
+                     completion_tokens = excluded.completion_tokens,
+                     metadata = excluded.metadata, created_at = excluded.created_at",
+            )
+            .bind(pending.session_id)
+            .bind(pending.cut_seq)
+            .bind(json_text(pending.removed_seqs)?)
+            .bind(json_text(pending.removed_chars)?)
+            .bind(json_text(pending.removed_fingerprints)?)
+            .bind(prefix_hash(
+                pending.removed_seqs,
+                pending.removed_fingerprints,
+            ))
+            .bind(limits.threshold_chars)
+            .bind(limits.keep_chars)
+            .bind(pending.requested_model)
+            .bind(pending.text)
+            .bind(pending.model)
+            .bind(pending.prompt_tokens)
+            .bind(pending.completion_tokens)
+            .bind(metadata.to_string())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(Saved {
+            saved: fenced,
+            expired: i64::try_from(expired).unwrap_or(i64::MAX),
+            replaced,
+        })
+    }
+
+    /// Applies the session's pending summary if it was planned with `limits` and
+    /// `model`, is younger than `ttl`, its prefix is unchanged and what remains fits
+    /// under the threshold; drops it otherwise. One write transaction, with the outcomes
+    /// of Postgres's `apply_pending_summary`.
+    ///
+    /// # Errors
+    /// When the database fails; nothing is written then.
+    pub async fn apply_pending(
+        &self,
+        session_id: &str,
+        request_id: &str,
+        (limits, model): (Limits, Option<&str>),
+        ttl: Duration,
+    ) -> Result<Applied, StoreError> {
+        let started = Instant::now();
+        // The common case with precompute on and nothing prepared: no write lock taken.
+        let any: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM pending_summaries WHERE session_id = ?1")
+                .bind(session_id)
+                .fetch_optional(self.pool())
+                .await?;
+        if any.is_none() {
+            return Ok(Applied::None);
+        }
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        let session = sqlx::query(
+            "SELECT message_count, total_chars FROM sessions
+             WHERE session_id = ?1 AND (lease_owner IS NULL OR lease_expires_at <= ?2)",
+        )
+        .bind(session_id)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(session) = session else {
+            return Ok(Applied::Busy);
+        };
+        let Some(pending) = sqlx::query(
+            "SELECT cut_seq, removed_seqs, removed_chars, removed_versions, threshold_chars,
+                    keep_chars, requested_model, summary, model, prompt_tokens,
+                    completion_tokens, metadata, created_at,
+                    strftime('%Y-%m-%dT%H:%M:%fZ', created_at / 1000.0, 'unixepoch')
+                        AS created_at_text
+             FROM pending_summaries WHERE session_id = ?1",
+        )
+        .bind(session_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(Applied::None);
+        };
+        let removed_seqs: Vec<i64> = parse(&pending, "removed_seqs")?;
+        let removed_chars: Vec<i64> = parse(&pending, "removed_chars")?;
+        let removed_versions: Vec<String> = parse(&pending, "removed_versions")?;
+        let cut_seq: i64 = pending.try_get("cut_seq")?;
+        let summary: String = pending.try_get("summary")?;
+        let created_at: i64 = pending.try_get("created_at")?;
+        let chars_removed: i64 = removed_chars.iter().sum();
+        let summary_chars = char_count(&summary);
+        let session_chars: i64 = session.try_get("total_chars")?;
+        let discard = if created_at <= now - millis(ttl) {
+            Some(Discard::Expired)
+        } else if pending.try_get::<i64, _>("threshold_chars")? != limits.threshold_chars
+            || pending.try_get::<i64, _>("keep_chars")? != limits.keep_chars
+            || pending
+                .try_get::<Option<String>, _>("requested_model")?
+                .as_deref()
+                != model
+        {
+            Some(Discard::SettingsChanged)
+        } else {
+            let prefix = Prefix::read(&mut tx, session_id, cut_seq).await?;
+            if prefix.seqs != removed_seqs
+                || prefix.chars != removed_chars
+                || prefix.versions != removed_versions
+            {
+                Some(Discard::PrefixChanged)
+            } else if session_chars - chars_removed + summary_chars > limits.threshold_chars {
+                Some(Discard::Outgrown)
+            } else {
+                None
+            }
+        };
+        sqlx::query("DELETE FROM pending_summaries WHERE session_id = ?1")
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+        let first_seq = match (discard, removed_seqs.first()) {
+            (None, Some(&first)) => first,
+            (Some(reason), _) => {
+                tx.commit().await?;
+                return Ok(Applied::Discarded(reason));
+            }
+            // An empty plan is refused by the table's writer; drop it as changed.
+            (None, None) => {
+                tx.commit().await?;
+                return Ok(Applied::Discarded(Discard::PrefixChanged));
+            }
+        };
+        let messages_removed = i64::try_from(removed_seqs.len()).unwrap_or(i64::MAX);
+        let messages_kept = session.try_get::<i64, _>("message_count")? - messages_removed;
+        let mut metadata: serde_json::Value = parse(&pending, "metadata")?;
+        for (key, value) in [
+            ("summarization", json!(true)),
+            ("precomputed", json!(true)),
+            ("messages_removed", json!(messages_removed)),
+            ("chars_removed", json!(chars_removed)),
+            ("messages_kept", json!(messages_kept)),
+            ("summary_chars", json!(summary_chars)),
+            ("request_id", json!(request_id)),
+            (
+                "precomputed_at",
+                json!(pending.try_get::<String, _>("created_at_text")?),
+            ),
+            (
+                "duration_ms",
+                json!(i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX)),
+            ),
+        ] {
+            metadata[key] = value;
+        }
+        let prompt_tokens: Option<i64> = pending.try_get("prompt_tokens")?;
+        let completion_tokens: Option<i64> = pending.try_get("completion_tokens")?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO usage_events
+                 (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
+             VALUES (?1, ?2, ?3, ?4, ?3 + ?4, ?5)
+             RETURNING id",
+        )
+        .bind(session_id)
+        .bind(pending.try_get::<String, _>("model")?)
+        .bind(prompt_tokens)
+        .bind(completion_tokens)
+        .bind(metadata.to_string())
+        .fetch_one(&mut *tx)
+        .await?;
+        replace_prefix(&mut tx, session_id, cut_seq, id).await?;
+        write_summary(&mut tx, session_id, first_seq, &summary, id).await?;
+        sqlx::query("UPDATE sessions SET failures = 0, retry_at = NULL WHERE session_id = ?1")
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Applied::Compacted {
+            compaction_id: id,
+            messages_removed,
+            chars_removed,
+            messages_kept,
+            summary_chars,
+        })
+    }
+}
+
+/// A JSON column of `row` read back as `T`.
+fn parse<T: serde::de::DeserializeOwned>(
+    row: &sqlx::sqlite::SqliteRow,
+    column: &str,
+) -> Result<T, sqlx::Error> {
+    let text: String = row.try_get(column)?;
+    serde_json::from_str(&text).map_err(|e| sqlx::Error::Decode(e.into()))
+}
+
+/// A digest of the planned prefix, kept for operators comparing rows (Postgres stores an
+/// md5 there); nothing decides on it.
+fn prefix_hash(seqs: &[i64], versions: &[String]) -> String {
+    let mut hasher = DefaultHasher::new();
+    seqs.hash(&mut hasher);
+    versions.hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+/// `value` as JSON text, for a JSON column.
+fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, sqlx::Error> {
+    serde_json::to_string(value).map_err(|e| sqlx::Error::Encode(e.into()))
+}
