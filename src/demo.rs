@@ -1,6 +1,9 @@
 //! `summarizer demo`: the whole loop on one machine. A worker runs in-process on a
 //! private subject; a scripted agent investigates an incident turn by turn, appending its
 //! messages with plain SQL and asking the worker before each turn, as a real agent would.
+//!
+//! It runs on the database `DATABASE_URL` names, or on a temporary SQLite file with
+//! `--database sqlite`, or when Postgres does not answer (it says so): only NATS need run.
 
 use std::time::Duration;
 
@@ -10,11 +13,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app::Application;
 use crate::client::{Decision, TurnClient};
-use crate::config::{Limits, Settings};
+use crate::config::{Limits, Secret, Settings, redact_url};
 use crate::message::{Message, Role};
-use sqlx::PgPool;
-
-use crate::store::PgStore;
+use crate::store::{Backend, PgStore};
+use sqlx::{PgPool, SqlitePool};
 
 mod script;
 
@@ -29,7 +31,21 @@ pub struct DemoArgs {
     /// How long each turn waits for the worker.
     #[arg(long, default_value_t = 10_000)]
     timeout_ms: u64,
+    /// `sqlite`: a temporary SQLite file instead of `DATABASE_URL`; `postgres`:
+    /// `DATABASE_URL` and no fallback. By default, `DATABASE_URL`, falling back to a
+    /// temporary SQLite file when Postgres does not answer.
+    #[arg(long, value_enum)]
+    database: Option<DemoDatabase>,
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoDatabase {
+    Postgres,
+    Sqlite,
+}
+
+/// How long the demo waits for Postgres before falling back to SQLite.
+const POSTGRES_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Runs the demo; fails unless the worker compacted the session at least once.
 ///
@@ -49,18 +65,16 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
     // events, and the demo's worker does not take the fleet's.
     settings.subject = format!("summarizer.demo.{tag}.turn.starting");
     settings.http_addr = None;
+    // The agent's NATS connection first: NATS must run, and a worker would wait for it
+    // without end, where the demo should stop and say so.
+    let nats = crate::transport::connect_once(&settings, "summarizer-demo-agent").await?;
 
-    let url = settings.database_url.expose();
-    if PgStore::create_database_if_missing(url)
-        .await
-        .context("creating the database")?
-    {
-        println!("created the database");
-    }
+    let url = database_url(settings.database_url.expose(), args.database, &tag).await?;
+    settings.database_url = Secret::new(url.clone());
     let app = Application::build(&settings).await?;
     let store = app.store().clone();
     // The agent's own connection, as a real agent has: it writes with plain SQL.
-    let agent = PgPool::connect_lazy(url).context("DATABASE_URL")?;
+    let agent = Agent::connect(&url)?;
     let health = app.health();
     let shutdown = CancellationToken::new();
     let mut worker = tokio::spawn(app.run_until_stopped(shutdown.clone()));
@@ -72,7 +86,6 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
         }
     }
 
-    let nats = crate::transport::connect_once(&settings, "summarizer-demo-agent").await?;
     let client = TurnClient::new(nats, settings.subject.clone());
     let session = format!("demo-{tag}");
     println!(
@@ -122,21 +135,98 @@ pub struct Scripted {
     pub tool_call_id: Option<String>,
 }
 
-/// What an agent does after each step: a plain INSERT into the public table.
-async fn append(agent: &PgPool, session: &str, m: &Scripted) -> anyhow::Result<()> {
-    sqlx::query(
-        "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id)
-         VALUES ($1, $2, $3, $4, $5)",
+/// The database the demo runs on: `configured` (creating the Postgres database if
+/// missing), or a temporary SQLite file when asked to or when Postgres does not answer.
+async fn database_url(
+    configured: &str,
+    asked: Option<DemoDatabase>,
+    tag: &str,
+) -> anyhow::Result<String> {
+    let sqlite = || {
+        let path = std::env::temp_dir().join(format!("summarizer-demo-{tag}.db"));
+        println!("using a temporary SQLite file: {}", path.display());
+        format!("sqlite://{}", path.display())
+    };
+    if asked == Some(DemoDatabase::Sqlite) {
+        return Ok(sqlite());
+    }
+    if Backend::of(configured) == Backend::Sqlite {
+        return Ok(configured.to_owned());
+    }
+    let created = tokio::time::timeout(
+        POSTGRES_PATIENCE,
+        PgStore::create_database_if_missing(configured),
     )
-    .bind(session)
-    .bind(m.role.as_str())
-    .bind(&m.content)
-    .bind(&m.tool_calls)
-    .bind(&m.tool_call_id)
-    .execute(agent)
-    .await
-    .context("appending a message")?;
-    Ok(())
+    .await;
+    match created {
+        Ok(Ok(created)) => {
+            if created {
+                println!("created the database");
+            }
+            Ok(configured.to_owned())
+        }
+        _ if asked == Some(DemoDatabase::Postgres) => {
+            bail!("Postgres at {} did not answer", redact_url(configured))
+        }
+        failed => {
+            let why = match failed {
+                Ok(Err(e)) => crate::error_chain(&e),
+                _ => format!("no answer in {} s", POSTGRES_PATIENCE.as_secs()),
+            };
+            println!(
+                "Postgres at {} did not answer ({why}); falling back to SQLite",
+                redact_url(configured)
+            );
+            Ok(sqlite())
+        }
+    }
+}
+
+/// The agent's own connection to the database.
+enum Agent {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+impl Agent {
+    fn connect(url: &str) -> anyhow::Result<Self> {
+        Ok(match Backend::of(url) {
+            Backend::Postgres => Self::Postgres(PgPool::connect_lazy(url).context("DATABASE_URL")?),
+            Backend::Sqlite => Self::Sqlite(SqlitePool::connect_lazy(url).context("DATABASE_URL")?),
+        })
+    }
+}
+
+/// What an agent does after each step: a plain INSERT into the public table (in SQLite,
+/// `tool_calls` is JSON text).
+async fn append(agent: &Agent, session: &str, m: &Scripted) -> anyhow::Result<()> {
+    let written = match agent {
+        Agent::Postgres(pool) => sqlx::query(
+            "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(session)
+        .bind(m.role.as_str())
+        .bind(&m.content)
+        .bind(&m.tool_calls)
+        .bind(&m.tool_call_id)
+        .execute(pool)
+        .await
+        .map(drop),
+        Agent::Sqlite(pool) => sqlx::query(
+            "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .bind(session)
+        .bind(m.role.as_str())
+        .bind(&m.content)
+        .bind(m.tool_calls.as_ref().map(Value::to_string))
+        .bind(&m.tool_call_id)
+        .execute(pool)
+        .await
+        .map(drop),
+    };
+    written.context("appending a message")
 }
 
 fn print_decision(turn: usize, decision: &Decision) {
