@@ -67,6 +67,7 @@ async fn token_authentication() {
 async fn bad_credentials_stop_the_worker_with_a_clear_error_and_no_secret_in_its_output() {
     let nats = NatsServer::start(&["--user", "bot", "--pass", "right-pass"]).await;
     let app = setup(&[]).await;
+    // A Postgres password in DATABASE_URL (a SQLite URL names a file and has none).
     let db_url = app
         .database_url
         .replace("postgres@", "postgres:db-pass-9x@");

@@ -72,21 +72,23 @@ async fn app_with_model(budget: usize, context: usize) -> TestApp {
 /// characters, written in one statement (a plain INSERT, as agents write).
 async fn append_long_history(app: &TestApp, session: &str, turns: i64, answer_chars: usize) {
     let answer = filler(answer_chars);
-    sqlx::query(
-        "INSERT INTO messages (session_id, role, content)
-         SELECT $1, r.role, CASE r.role
-                    WHEN 'user' THEN 'Turn ' || n || ': why is checkout-api slow?'
-                    ELSE 'Finding ' || n || ': ' || $3 END
-         FROM generate_series(1, $2::bigint) AS n,
-              (VALUES (1, 'user'), (2, 'assistant')) AS r(i, role)
-         ORDER BY n, r.i",
-    )
-    .bind(session)
-    .bind(turns)
-    .bind(&answer)
-    .execute(&app.db)
-    .await
-    .unwrap();
+    app.db
+        .query(
+            "WITH RECURSIVE turns (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM turns WHERE n < $2),
+                  r (i, role) AS (VALUES (1, 'user'), (2, 'assistant'))
+             INSERT INTO messages (session_id, role, content)
+             SELECT $1, r.role, CASE r.role
+                        WHEN 'user' THEN 'Turn ' || n || ': why is checkout-api slow?'
+                        ELSE 'Finding ' || n || ': ' || $3 END
+             FROM turns, r
+             ORDER BY n, r.i",
+        )
+        .bind(session)
+        .bind(turns)
+        .bind(&answer)
+        .execute()
+        .await
+        .unwrap();
 }
 
 /// The compaction's four promises: every request the model received was within the
@@ -257,10 +259,7 @@ async fn tokens_compacted_are_measured_and_a_restore_takes_them_back() {
         Some(removed as u64)
     );
 
-    summarizer::store::PgStore::from_pool(app.db.clone())
-        .restore("s", None)
-        .await
-        .unwrap();
+    app.store.restore("s", None).await.unwrap();
 
     assert_eq!(
         app.stats().await["summary"]["total_tokens_compacted"].as_u64(),

@@ -4,9 +4,60 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use summarizer::store::PgStore;
+use sqlx::error::ErrorKind;
+use summarizer::store::{Backend, PgStore};
 
-use crate::helpers::{SUMMARY, fresh_database, spawn_app};
+use crate::helpers::{SUMMARY, TestApp, TestDb, fresh_database, postgres_only, spawn_app};
+
+/// Appends a message behind the counters' back: the trigger that counts it is off
+/// meanwhile. (SQLite cannot disable a trigger: it is dropped and created again from its
+/// own definition, in one transaction.)
+async fn insert_untracked(app: &TestApp, session: &str, content: &str) {
+    let insert = "INSERT INTO messages (session_id, role, content) VALUES ($1, 'user', $2)";
+    match &app.db {
+        TestDb::Postgres(_) => {
+            app.db
+                .raw("ALTER TABLE messages DISABLE TRIGGER messages_inserted")
+                .await
+                .unwrap();
+            app.db
+                .query(insert)
+                .bind(session)
+                .bind(content)
+                .execute()
+                .await
+                .unwrap();
+            app.db
+                .raw("ALTER TABLE messages ENABLE TRIGGER messages_inserted")
+                .await
+                .unwrap();
+        }
+        TestDb::Sqlite(pool) => {
+            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.unwrap();
+            let trigger: String = sqlx::query_scalar(
+                "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'messages_inserted'",
+            )
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+            sqlx::raw_sql("DROP TRIGGER messages_inserted")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            sqlx::query(insert)
+                .bind(session)
+                .bind(content)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(trigger))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+    }
+}
 
 #[tokio::test]
 async fn the_checker_passes_after_compactions_and_names_each_breach() {
@@ -30,16 +81,18 @@ async fn the_checker_passes_after_compactions_and_names_each_breach() {
         // A second summary.
         "INSERT INTO messages (session_id, role, content, is_summary) VALUES ('b', 'user', 'again', true)",
         // A usage event that lies about what it removed.
-        "UPDATE usage_events SET metadata = jsonb_set(metadata, '{chars_removed}', '1')
-         WHERE session_id = 'b'",
-        // Counters that drifted (triggers bypassed).
-        "ALTER TABLE messages DISABLE TRIGGER messages_inserted;
-         INSERT INTO messages (session_id, role, content) VALUES ('c', 'user', 'untracked');
-         ALTER TABLE messages ENABLE TRIGGER messages_inserted",
+        app.db.per_backend(
+            "UPDATE usage_events SET metadata = jsonb_set(metadata, '{chars_removed}', '1')
+             WHERE session_id = 'b'",
+            "UPDATE usage_events SET metadata = json_set(metadata, '$.chars_removed', 1)
+             WHERE session_id = 'b'",
+        ),
     ];
     for sql in damage {
-        sqlx::raw_sql(sql).execute(&app.db).await.unwrap();
+        app.db.raw(sql).await.unwrap();
     }
+    // Counters that drifted (triggers bypassed).
+    insert_untracked(&app, "c", "untracked").await;
     let report = app.check().await;
     let broken: Vec<&str> = report.breaches.iter().map(|b| b.invariant).collect();
     assert_eq!(
@@ -63,12 +116,13 @@ async fn tool_calls_that_are_not_an_array_are_rejected_naming_the_expected_shape
     let app = spawn_app().await;
     let calls = json!([{"id": "c1", "name": "get_logs", "arguments": "{}"}]);
     let insert = |tool_calls: Option<Value>| {
-        sqlx::query(
-            "INSERT INTO messages (session_id, role, content, tool_calls)
-             VALUES ('s', 'assistant', '', $1)",
-        )
-        .bind(tool_calls)
-        .execute(&app.db)
+        app.db
+            .query(
+                "INSERT INTO messages (session_id, role, content, tool_calls)
+                 VALUES ('s', 'assistant', '', $1)",
+            )
+            .bind(tool_calls)
+            .execute()
     };
 
     // Double-encoded (the array as a JSON string), an object, a number.
@@ -79,7 +133,14 @@ async fn tool_calls_that_are_not_an_array_are_rejected_naming_the_expected_shape
     ] {
         let error = insert(Some(bad.clone())).await.unwrap_err();
         let error = error.as_database_error().unwrap();
-        assert_eq!(error.constraint(), Some("tool_calls_is_array"), "{bad}");
+        match app.db.backend() {
+            Backend::Postgres => {
+                assert_eq!(error.constraint(), Some("tool_calls_is_array"), "{bad}");
+            }
+            // sqlx-sqlite reports no constraint name (`constraint()` is always None); the
+            // kind and the message say which constraint refused it.
+            Backend::Sqlite => assert_eq!(error.kind(), ErrorKind::CheckViolation, "{bad}"),
+        }
         assert!(error.message().contains("tool_calls_is_array"), "{error}");
     }
     // Each call shape agents write, and no calls at all.
@@ -106,22 +167,30 @@ async fn the_checker_flags_tool_calls_the_planner_cannot_pair() {
     assert!(app.check().await.is_clean());
 
     // A database from before the shape constraint, holding what agents wrote then.
+    app.db
+        .write_as_before_the_shape_constraint(&[
+            // A double-encoded call: its result still pairs, but the value is flagged.
+            r#"INSERT INTO messages (session_id, role, content, tool_calls) VALUES
+                   ('legacy', 'assistant', '', '"[{\"id\": \"d1\", \"name\": \"get_logs\"}]"')"#,
+            "INSERT INTO messages (session_id, role, content, tool_call_id) VALUES
+                   ('legacy', 'tool', 'ok', 'd1')",
+            // A call hidden in an object: its result cannot be paired.
+            r#"INSERT INTO messages (session_id, role, content, tool_calls) VALUES
+                   ('hidden', 'assistant', '', '{"id": "o1", "name": "get_logs"}')"#,
+            "INSERT INTO messages (session_id, role, content, tool_call_id) VALUES
+                   ('hidden', 'tool', 'ok', 'o1')",
+        ])
+        .await;
     let damage = [
-        "ALTER TABLE messages DROP CONSTRAINT tool_calls_is_array",
-        // A double-encoded call: its result still pairs, but the value is flagged.
-        r#"INSERT INTO messages (session_id, role, content, tool_calls) VALUES
-               ('legacy', 'assistant', '', '"[{\"id\": \"d1\", \"name\": \"get_logs\"}]"')"#,
-        "INSERT INTO messages (session_id, role, content, tool_call_id) VALUES
-               ('legacy', 'tool', 'ok', 'd1')",
-        // A call hidden in an object: its result cannot be paired.
-        r#"INSERT INTO messages (session_id, role, content, tool_calls) VALUES
-               ('hidden', 'assistant', '', '{"id": "o1", "name": "get_logs"}')"#,
-        "INSERT INTO messages (session_id, role, content, tool_call_id) VALUES
-               ('hidden', 'tool', 'ok', 'o1')",
-        // The archive of 'a' holds its calls double-encoded, and a late result answers
-        // one of them: separated from its call, whatever the shape the call was kept in.
-        "UPDATE archived_messages SET tool_calls = to_jsonb(tool_calls::text)
-         WHERE session_id = 'a' AND tool_calls IS NOT NULL",
+        // The archive of 'a' holds its calls double-encoded (the array's text as a JSON
+        // string), and a late result answers one of them: separated from its call,
+        // whatever the shape the call was kept in.
+        app.db.per_backend(
+            "UPDATE archived_messages SET tool_calls = to_jsonb(tool_calls::text)
+             WHERE session_id = 'a' AND tool_calls IS NOT NULL",
+            "UPDATE archived_messages SET tool_calls = json_quote(tool_calls)
+             WHERE session_id = 'a' AND tool_calls IS NOT NULL",
+        ),
         "INSERT INTO messages (session_id, role, content, tool_call_id) VALUES
                ('a', 'tool', 'late', 'call-1')",
         // A later call of the same id does not answer an earlier result.
@@ -129,7 +198,7 @@ async fn the_checker_flags_tool_calls_the_planner_cannot_pair() {
                ('a', 'assistant', '', '[{"id": "call-1", "name": "get_logs"}]')"#,
     ];
     for sql in damage {
-        sqlx::raw_sql(sql).execute(&app.db).await.unwrap();
+        app.db.raw(sql).await.unwrap();
     }
 
     let report = app.check().await;
@@ -155,6 +224,7 @@ async fn the_checker_flags_tool_calls_the_planner_cannot_pair() {
 
 #[tokio::test]
 async fn the_shape_constraint_is_added_over_rows_written_before_it() {
+    postgres_only!("the history of the Postgres migrations and its catalog (pg_constraint)");
     let db = PgPool::connect(&fresh_database().await).await.unwrap();
     // The schema before the constraint, and a double-encoded row written then.
     sqlx::migrate!().run_to(20261202000005, &db).await.unwrap();
@@ -188,12 +258,13 @@ async fn the_shape_constraint_is_added_over_rows_written_before_it() {
 
 #[tokio::test]
 async fn the_shape_constraint_is_validated_on_a_new_database() {
+    postgres_only!("asks the Postgres catalog (pg_constraint); SQLite has no NOT VALID");
     let app = spawn_app().await;
-    let validated: bool = sqlx::query_scalar(
-        "SELECT convalidated FROM pg_constraint WHERE conname = 'tool_calls_is_array'",
-    )
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+    let validated: bool = app
+        .db
+        .query("SELECT convalidated FROM pg_constraint WHERE conname = 'tool_calls_is_array'")
+        .scalar()
+        .await
+        .unwrap();
     assert!(validated);
 }

@@ -183,8 +183,9 @@ async fn a_prefix_changed_during_summarization_writes_nothing() {
     let pending = app.turn_starting_in_background("s");
     app.until_llm_called(1).await;
     // An operator edits an old message while the LLM is working.
-    sqlx::query("UPDATE messages SET content = 'redacted' WHERE session_id = 's' AND seq = (SELECT min(seq) FROM messages WHERE session_id = 's')")
-        .execute(&app.db)
+    app.db
+        .query("UPDATE messages SET content = 'redacted' WHERE session_id = 's' AND seq = (SELECT min(seq) FROM messages WHERE session_id = 's')")
+        .execute()
         .await
         .unwrap();
     let before = app.messages("s").await;
@@ -297,27 +298,30 @@ async fn a_fifty_thousand_message_session_is_compacted_in_one_turn() {
         ("SUMMARY_MAX_CHARS", "1500"),
     ])
     .await;
-    sqlx::query(
-        "INSERT INTO messages (session_id, role, content)
-         SELECT 'big', CASE WHEN m % 4 = 0 THEN 'user' ELSE 'assistant' END,
-                'step ' || m || ': orders-db-' || (m % 7) || ' p99 ' || (m % 900)
-                || ' ms, ERROR 503 on checkout-api v2.' || (m % 9)
-         FROM generate_series(1, 50000) AS m",
-    )
-    .execute(&app.db)
-    .await
-    .unwrap();
+    app.db
+        .query(
+            "WITH RECURSIVE steps (m) AS (SELECT 1 UNION ALL SELECT m + 1 FROM steps WHERE m < 50000)
+             INSERT INTO messages (session_id, role, content)
+             SELECT 'big', CASE WHEN m % 4 = 0 THEN 'user' ELSE 'assistant' END,
+                    'step ' || m || ': orders-db-' || (m % 7) || ' p99 ' || (m % 900)
+                    || ' ms, ERROR 503 on checkout-api v2.' || (m % 9)
+             FROM steps ORDER BY m",
+        )
+        .execute()
+        .await
+        .unwrap();
 
     let reply = app.turn_starting("big").await;
 
     assert_eq!(reply.status, Status::Compacted, "{reply:?}");
     let removed = reply.messages_removed.unwrap();
     assert!(removed > 49_000, "{reply:?}");
-    let archived: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM archived_messages WHERE session_id = 'big'")
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let archived: i64 = (app
+        .db
+        .query("SELECT count(*) FROM archived_messages WHERE session_id = 'big'"))
+    .scalar()
+    .await
+    .unwrap();
     assert_eq!(archived, removed);
     let next = app.turn_starting("big").await;
     assert_eq!(next.reason, Reason::BelowThreshold, "{next:?}");

@@ -114,15 +114,7 @@ async fn a_paused_worker_that_lost_its_lease_cannot_commit() {
         .await;
     app.until_llm_called(1).await;
     paused.signal("STOP").await;
-    eventually("the lease to expire", || async {
-        sqlx::query_scalar::<_, bool>(
-            "SELECT lease_expires_at < now() FROM sessions WHERE session_id = 's'",
-        )
-        .fetch_one(&app.db)
-        .await
-        .unwrap()
-    })
-    .await;
+    eventually("the lease to expire", || app.db.lease_expired("s")).await;
     let other = WorkerProcess::spawn(&app.env(&[]));
     other.wait_for_log("worker ready").await;
     until_compacted(&app, "s").await;

@@ -1,6 +1,7 @@
-//! `spawn_app()`: a worker running in-process against the real Postgres and NATS, with
-//! its own database, its own subject and its own fake LLM (wiremock), plus helpers named
-//! for what an agent or an operator does.
+//! `spawn_app()`: a worker running in-process against the real NATS and the store
+//! `SUMMARIZER_TEST_STORE` selects (the real Postgres, or a SQLite file), with its own
+//! database, its own subject and its own fake LLM (wiremock), plus helpers named for what
+//! an agent or an operator does.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -9,24 +10,50 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
-use sqlx::{Connection, PgConnection, PgPool, Row};
+use sqlx::{Connection, PgConnection};
 use summarizer::app::Application;
 use summarizer::client::{Decision, TurnClient};
 use summarizer::config::Settings;
 use summarizer::health::Health;
 use summarizer::llm::Summarizer;
 use summarizer::protocol::Reply;
+use summarizer::store::{Backend, SharedStore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
+pub use crate::db::TestDb;
+
 pub const ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 pub const NATS_URL: &str = "nats://127.0.0.1:4222";
-/// Test databases are named `summarizer_test_<unix seconds>_<random>`; ones older than
-/// this are left over from earlier runs and dropped.
+/// Test databases are named `summarizer_test_<unix seconds>_<random>` (SQLite files the
+/// same, with `.db`); ones older than this are left over from earlier runs and dropped.
 const STALE_AFTER_SECS: u64 = 30 * 60;
+
+/// The store the suite runs against: `SUMMARIZER_TEST_STORE=postgres` (the default) or
+/// `sqlite`.
+pub fn backend() -> Backend {
+    match std::env::var("SUMMARIZER_TEST_STORE").as_deref() {
+        Err(std::env::VarError::NotPresent) | Ok("postgres") => Backend::Postgres,
+        Ok("sqlite") => Backend::Sqlite,
+        other => panic!("SUMMARIZER_TEST_STORE must be postgres or sqlite, not {other:?}"),
+    }
+}
+
+/// The first line of a test that is about Postgres itself (its connections cut through a
+/// proxy, its catalogs, its migrations' history): under SQLite it says why on stderr and
+/// returns, passing. Every other test runs on both stores.
+macro_rules! postgres_only {
+    ($reason:literal) => {
+        if $crate::helpers::backend() == summarizer::store::Backend::Sqlite {
+            eprintln!("skipped on sqlite: {}", $reason);
+            return;
+        }
+    };
+}
+pub(crate) use postgres_only;
 
 /// `SUMMARIZATION_KEEP_CHARS` of the test workers; their threshold is 3000, which five
 /// turns of [`TestApp::append_turn`] cross and three do not.
@@ -36,7 +63,10 @@ pub const API_KEY: &str = "sk-test-4f1c9a-do-not-log";
 pub const SUMMARY: &str = "**Investigating:** checkout-api slow\n**Key findings:**\n- pool exhausted at 14:01\n**Ruled out:** DNS\n**Current state:** checking the database";
 
 pub struct TestApp {
-    pub db: PgPool,
+    /// The test's own connection, for what agents and operators do with plain SQL.
+    pub db: TestDb,
+    /// The store over the test's database, as the worker and the CLI open it.
+    pub store: SharedStore,
     pub database_url: String,
     pub llm: MockServer,
     /// The first in-process worker's HTTP address.
@@ -99,14 +129,14 @@ pub async fn setup(overrides: &[(&str, &str)]) -> TestApp {
     for (k, v) in overrides {
         env.insert((*k).to_owned(), (*v).to_owned());
     }
-    let db = PgPool::connect(&database_url).await.expect("test pool");
-    summarizer::store::PgStore::from_pool(db.clone())
-        .migrate()
-        .await
-        .expect("migrations");
+    let db = TestDb::connect(&database_url).await;
+    let store = summarizer::store::connect_lazy(&database_url, 4, Duration::from_secs(30))
+        .expect("a database URL");
+    store.migrate().await.expect("migrations");
     let nats = async_nats::connect(NATS_URL).await.expect("NATS");
     TestApp {
         db,
+        store,
         database_url,
         llm,
         http_addr: None,
@@ -116,35 +146,75 @@ pub async fn setup(overrides: &[(&str, &str)]) -> TestApp {
     }
 }
 
-/// A new, empty database; the worker migrates it. Also drops stale ones.
+/// A new, empty database; the worker migrates it. Also drops stale ones. Under SQLite, a
+/// file of its own (created when first opened).
 pub async fn fresh_database() -> String {
-    let mut admin = PgConnection::connect(ADMIN_URL).await.expect("Postgres");
+    match backend() {
+        Backend::Postgres => {
+            let mut admin = PgConnection::connect(ADMIN_URL).await.expect("Postgres");
+            let old: Vec<String> = sqlx::query_scalar(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'summarizer\\_test\\_%'",
+            )
+            .fetch_all(&mut admin)
+            .await
+            .unwrap();
+            for name in old.into_iter().filter(|name| stale(name)) {
+                let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+                    .execute(&mut admin)
+                    .await;
+            }
+            let name = unique_database_name();
+            let create = format!("CREATE DATABASE \"{name}\"");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(create))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+            format!("postgres://postgres@127.0.0.1:5432/{name}")
+        }
+        Backend::Sqlite => {
+            // The files left over from earlier runs, with their `-wal` and `-shm`.
+            let dir = sqlite_dir();
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with("summarizer_test_") && stale(&name) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+            new_database_url()
+        }
+    }
+}
+
+/// Whether a test database's name says it is older than [`STALE_AFTER_SECS`].
+fn stale(name: &str) -> bool {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let old: Vec<String> = sqlx::query_scalar(
-        "SELECT datname FROM pg_database WHERE datname LIKE 'summarizer\\_test\\_%'",
-    )
-    .fetch_all(&mut admin)
-    .await
-    .unwrap();
-    for name in old {
-        let created = name.split('_').nth(2).and_then(|t| t.parse::<u64>().ok());
-        if created.is_some_and(|t| t + STALE_AFTER_SECS < now) {
-            let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
-                .execute(&mut admin)
-                .await;
-        }
-    }
+    let created = name.split('_').nth(2).and_then(|t| t.parse::<u64>().ok());
+    created.is_some_and(|t| t + STALE_AFTER_SECS < now)
+}
+
+/// Where the SQLite test databases are: `summarizer-tests/` in the temporary directory.
+fn sqlite_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join("summarizer-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The URL of a database that does not exist yet, for commands that create their own
+/// (`summarizer demo`): a Postgres database name nobody has, or a SQLite file not
+/// written yet.
+pub fn new_database_url() -> String {
     let name = unique_database_name();
-    let create = format!("CREATE DATABASE \"{name}\"");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(create))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    format!("postgres://postgres@127.0.0.1:5432/{name}")
+    match backend() {
+        Backend::Postgres => format!("postgres://postgres@127.0.0.1:5432/{name}"),
+        Backend::Sqlite => format!(
+            "sqlite://{}",
+            sqlite_dir().join(format!("{name}.db")).display()
+        ),
+    }
 }
 
 pub fn unique_database_name() -> String {
@@ -245,18 +315,19 @@ impl TestApp {
         tool_calls: Option<Value>,
         tool_call_id: Option<&str>,
     ) {
-        sqlx::query(
-            "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id)
-             VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(session)
-        .bind(role)
-        .bind(content)
-        .bind(tool_calls)
-        .bind(tool_call_id)
-        .execute(&self.db)
-        .await
-        .expect("append");
+        self.db
+            .query(
+                "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id)
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(session)
+            .bind(role)
+            .bind(content)
+            .bind(tool_calls)
+            .bind(tool_call_id)
+            .execute()
+            .await
+            .expect("append");
     }
 
     /// One human turn of about 760 chars: the ask, a tool call, its result, an answer.
@@ -322,7 +393,8 @@ impl TestApp {
 
     pub async fn messages(&self, session: &str) -> Vec<Stored> {
         self.rows(
-            "SELECT seq, role, content, tool_calls, tool_call_id, is_summary, chars::bigint AS chars
+            "SELECT seq, role, content, tool_calls, tool_call_id, is_summary,
+                    CAST(chars AS BIGINT) AS chars
              FROM messages WHERE session_id = $1 ORDER BY seq",
             session,
         )
@@ -331,7 +403,8 @@ impl TestApp {
 
     pub async fn archived(&self, session: &str) -> Vec<Stored> {
         self.rows(
-            "SELECT seq, role, content, tool_calls, tool_call_id, is_summary, chars::bigint AS chars
+            "SELECT seq, role, content, tool_calls, tool_call_id, is_summary,
+                    CAST(chars AS BIGINT) AS chars
              FROM archived_messages WHERE session_id = $1 ORDER BY seq, compaction_id",
             session,
         )
@@ -339,21 +412,33 @@ impl TestApp {
     }
 
     async fn rows(&self, sql: &'static str, session: &str) -> Vec<Stored> {
-        sqlx::query(sql)
+        type Row = (
+            i64,
+            String,
+            Option<String>,
+            Option<Value>,
+            Option<String>,
+            bool,
+            i64,
+        );
+        self.db
+            .query(sql)
             .bind(session)
-            .fetch_all(&self.db)
+            .fetch_all::<Row>()
             .await
             .unwrap()
-            .iter()
-            .map(|r| Stored {
-                seq: r.get("seq"),
-                role: r.get("role"),
-                content: r.get("content"),
-                tool_calls: r.get("tool_calls"),
-                tool_call_id: r.get("tool_call_id"),
-                is_summary: r.get("is_summary"),
-                chars: r.get("chars"),
-            })
+            .into_iter()
+            .map(
+                |(seq, role, content, tool_calls, tool_call_id, is_summary, chars)| Stored {
+                    seq,
+                    role,
+                    content,
+                    tool_calls,
+                    tool_call_id,
+                    is_summary,
+                    chars,
+                },
+            )
             .collect()
     }
 
@@ -362,29 +447,29 @@ impl TestApp {
         &self,
         session: &str,
     ) -> Vec<(i64, String, Option<i32>, Option<i32>, Value)> {
-        sqlx::query_as(
-            "SELECT id, model, prompt_tokens, completion_tokens, metadata
-             FROM usage_events WHERE session_id = $1 ORDER BY id",
-        )
-        .bind(session)
-        .fetch_all(&self.db)
-        .await
-        .unwrap()
+        self.db
+            .query(
+                "SELECT id, model, prompt_tokens, completion_tokens, metadata
+                 FROM usage_events WHERE session_id = $1 ORDER BY id",
+            )
+            .bind(session)
+            .fetch_all()
+            .await
+            .unwrap()
     }
 
     pub async fn lease_owner(&self, session: &str) -> Option<String> {
-        sqlx::query_scalar("SELECT lease_owner FROM sessions WHERE session_id = $1")
+        self.db
+            .query("SELECT lease_owner FROM sessions WHERE session_id = $1")
             .bind(session)
-            .fetch_one(&self.db)
+            .scalar()
             .await
             .unwrap()
     }
 
     /// `summarizer check` over this test's database.
     pub async fn check(&self) -> summarizer::check::Report {
-        summarizer::check::run(&summarizer::store::PgStore::from_pool(self.db.clone()))
-            .await
-            .unwrap()
+        summarizer::check::run(self.store.as_ref()).await.unwrap()
     }
 
     /// `GET /stats`, parsed.

@@ -257,15 +257,7 @@ async fn a_reused_request_id_cannot_release_the_lease_of_the_event_that_took_ove
     let first = turn_starting_as(&app, "s", "same-id");
     app.until_llm_called(1).await;
     let first_owner = app.lease_owner("s").await.unwrap();
-    eventually("the first lease to expire", || async {
-        sqlx::query_scalar::<_, bool>(
-            "SELECT lease_expires_at < now() FROM sessions WHERE session_id = 's'",
-        )
-        .fetch_one(&app.db)
-        .await
-        .unwrap()
-    })
-    .await;
+    eventually("the first lease to expire", || app.db.lease_expired("s")).await;
     let second = turn_starting_as(&app, "s", "same-id");
     app.until_llm_called(2).await;
     let second_owner = app.lease_owner("s").await.unwrap();

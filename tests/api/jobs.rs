@@ -113,8 +113,9 @@ async fn jobs_published_while_no_worker_runs_are_processed_once_workers_start() 
         assert_eq!(compactions(&app, &format!("s{n}")).await, expected, "s{n}");
     }
     assert!(app.check().await.is_clean());
-    let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM dead_letters")
-        .fetch_one(&app.db)
+    let dead: i64 = (app.db)
+        .query("SELECT count(*) FROM dead_letters")
+        .scalar()
         .await
         .unwrap();
     assert_eq!(dead, 0);
@@ -196,25 +197,21 @@ async fn a_job_that_keeps_failing_is_retried_with_a_delay_then_dead_lettered_and
     let published = tokio::time::Instant::now();
     publisher.compact("s", Some("job-s")).await.unwrap();
 
-    let db = app.db.clone();
-    eventually("a dead letter", || {
-        let db = db.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM dead_letters")
-                .fetch_one(&db)
-                .await
-                .unwrap()
-                == 1
-        }
+    eventually("a dead letter", || async {
+        (app.db)
+            .query("SELECT count(*) FROM dead_letters")
+            .scalar::<i64>()
+            .await
+            .unwrap()
+            == 1
     })
     .await;
     let (session, msg_id, deliveries, error, payload): (String, String, i32, String, String) =
-        sqlx::query_as(
-            "SELECT session_id, msg_id, deliveries, last_error, payload FROM dead_letters",
-        )
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+        (app.db)
+            .query("SELECT session_id, msg_id, deliveries, last_error, payload FROM dead_letters")
+            .fetch_one()
+            .await
+            .unwrap();
     assert_eq!(
         (session.as_str(), msg_id.as_str(), deliveries),
         ("s", "job-s", 3)
@@ -420,7 +417,7 @@ async fn a_worker_waiting_for_jetstream_takes_no_share_of_the_requests() {
 #[tokio::test]
 async fn a_job_kept_as_a_dead_letter_is_not_kept_twice() {
     let app = setup(&[]).await;
-    let store = summarizer::store::PgStore::from_pool(app.db.clone());
+    let store = &app.store;
     let letter = summarizer::store::NewDeadLetter {
         session_id: Some("s"),
         subject: "summarizer.jobs.x",

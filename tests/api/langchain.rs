@@ -7,7 +7,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use summarizer::client::Decision;
 use summarizer::outcome::{Reason, Status};
-use summarizer::store::PgStore;
 
 use crate::helpers::{SUMMARY, TestApp, eventually, spawn_app};
 
@@ -19,24 +18,29 @@ async fn langchain_columns(
 ) -> Vec<(i64, Option<String>, Option<Value>)> {
     let sql =
         format!("SELECT seq, external_id, extra FROM {table} WHERE session_id = $1 ORDER BY seq");
-    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+    app.db
+        .query(sqlx::AssertSqlSafe(sql))
         .bind(session)
-        .fetch_all(&app.db)
+        .fetch_all()
         .await
         .unwrap()
 }
 
 /// Tags every row of the session as the Python client writes them.
 async fn tag_rows(app: &TestApp, session: &str) {
-    sqlx::query(
-        "UPDATE messages SET external_id = 'lc-' || seq,
-             extra = jsonb_build_object('type', 'ai', 'data', jsonb_build_object('seq', seq))
-         WHERE session_id = $1",
-    )
-    .bind(session)
-    .execute(&app.db)
-    .await
-    .unwrap();
+    app.db
+        .query(app.db.per_backend(
+            "UPDATE messages SET external_id = 'lc-' || seq,
+                 extra = jsonb_build_object('type', 'ai', 'data', jsonb_build_object('seq', seq))
+             WHERE session_id = $1",
+            "UPDATE messages SET external_id = 'lc-' || seq,
+                 extra = json_object('type', 'ai', 'data', json_object('seq', seq))
+             WHERE session_id = $1",
+        ))
+        .bind(session)
+        .execute()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -97,10 +101,7 @@ async fn the_archive_keeps_the_langchain_columns_and_restore_brings_them_back() 
     assert!(!archived.is_empty());
     assert_eq!(archived[..], original[..archived.len()]);
 
-    PgStore::from_pool(app.db.clone())
-        .restore("s", None)
-        .await
-        .unwrap();
+    app.store.restore("s", None).await.unwrap();
 
     assert_eq!(langchain_columns(&app, "messages", "s").await, original);
     let after = app.turn_starting("s").await;
@@ -119,21 +120,21 @@ async fn a_restore_makes_the_replies_name_the_compaction_left_in_force() {
     }
     let second = app.turn_starting("s").await.compaction_id;
     assert!(first.is_some() && second.is_some() && first != second);
-    let store = PgStore::from_pool(app.db.clone());
+    let store = &app.store;
 
     store.restore("s", second).await.unwrap();
-    let last: Option<i64> =
-        sqlx::query_scalar("SELECT last_compaction_id FROM sessions WHERE session_id = 's'")
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let last: Option<i64> = (app.db)
+        .query("SELECT last_compaction_id FROM sessions WHERE session_id = 's'")
+        .scalar()
+        .await
+        .unwrap();
     assert_eq!(last, first);
     store.restore("s", first).await.unwrap();
-    let last: Option<i64> =
-        sqlx::query_scalar("SELECT last_compaction_id FROM sessions WHERE session_id = 's'")
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let last: Option<i64> = (app.db)
+        .query("SELECT last_compaction_id FROM sessions WHERE session_id = 's'")
+        .scalar()
+        .await
+        .unwrap();
     assert_eq!(last, None);
 }
 
@@ -141,14 +142,15 @@ async fn a_restore_makes_the_replies_name_the_compaction_left_in_force() {
 async fn an_external_id_is_unique_within_a_session_only_and_plain_rows_need_none() {
     let app = spawn_app().await;
     let insert = |session: &'static str, id: Option<&'static str>| {
-        sqlx::query(
-            "INSERT INTO messages (session_id, role, content, external_id, extra)
-             VALUES ($1, 'user', 'hi', $2, $3)",
-        )
-        .bind(session)
-        .bind(id)
-        .bind(json!({"type": "human"}))
-        .execute(&app.db)
+        app.db
+            .query(
+                "INSERT INTO messages (session_id, role, content, external_id, extra)
+                 VALUES ($1, 'user', 'hi', $2, $3)",
+            )
+            .bind(session)
+            .bind(id)
+            .bind(json!({"type": "human"}))
+            .execute()
     };
     insert("a", Some("m1")).await.unwrap();
     insert("b", Some("m1")).await.unwrap();

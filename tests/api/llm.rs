@@ -390,17 +390,9 @@ async fn a_poisoned_session_backs_off_while_others_proceed() {
 
     // Once the backoff has run out (made so here), it tries again, and the next backoff
     // is twice as long.
-    sqlx::query("UPDATE sessions SET retry_at = now() WHERE session_id = 'poisoned'")
-        .execute(&app.db)
-        .await
-        .unwrap();
+    app.db.end_backoff("poisoned").await;
     assert_eq!(app.turn_starting("poisoned").await.reason, Reason::LlmError);
-    let (failures, backoff_secs): (i32, f64) = sqlx::query_as(
-        "SELECT failures, extract(epoch FROM retry_at - now())::float8 FROM sessions WHERE session_id = 'poisoned'",
-    )
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+    let (failures, backoff_secs) = app.db.backoff("poisoned").await;
     assert_eq!(failures, 2);
     assert!((100.0..=120.0).contains(&backoff_secs), "{backoff_secs}");
 }

@@ -135,9 +135,17 @@ async fn prune_archive_deletes_only_old_archives_and_a_dry_run_nothing() {
         app.append_turns(session, 5).await;
         assert_eq!(app.turn_starting(session).await.status, Status::Compacted);
     }
-    // The "old" session's compaction happened 40 days ago.
-    sqlx::query("UPDATE archived_messages SET archived_at = now() - interval '40 days' WHERE session_id = 'old'")
-        .execute(&app.db)
+    // The "old" session's compaction happened 40 days ago (in SQLite, timestamps are
+    // RFC 3339 text).
+    app.db
+        .query(app.db.per_backend(
+            "UPDATE archived_messages SET archived_at = now() - interval '40 days'
+             WHERE session_id = 'old'",
+            "UPDATE archived_messages
+             SET archived_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-40 days')
+             WHERE session_id = 'old'",
+        ))
+        .execute()
         .await
         .unwrap();
     let old_archived = app.archived("old").await.len();

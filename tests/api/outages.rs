@@ -1,6 +1,7 @@
 //! NATS and Postgres go away and come back; the worker recovers by itself and never
 //! half-writes. Only private servers are stopped: a nats-server on a free port, and a
-//! proxy in front of the shared Postgres.
+//! proxy in front of the shared Postgres. (The NATS outages run on both stores; a SQLite
+//! file has no connection to cut, so the proxy's tests are Postgres-only.)
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use summarizer::outcome::{Reason, Status};
 use tokio::time::Instant;
 
 use crate::fixtures::{NatsServer, Proxy};
-use crate::helpers::{SUMMARY, TestApp, eventually, setup};
+use crate::helpers::{SUMMARY, TestApp, eventually, postgres_only, setup};
 
 /// A client of the private server, replying or not.
 async fn ask(client: &TurnClient, session: &str) -> Decision {
@@ -100,6 +101,7 @@ async fn worker_behind(proxy: &Proxy, app: &mut TestApp) {
 
 #[tokio::test]
 async fn cutting_postgres_at_each_step_never_half_writes_and_the_worker_recovers() {
+    postgres_only!("cuts the Postgres connections through a TCP proxy");
     let proxy = Proxy::start("127.0.0.1:5432").await;
     let mut app = setup(&[]).await;
     app.llm_answers(SUMMARY, Duration::ZERO).await;
@@ -138,12 +140,13 @@ async fn cutting_postgres_at_each_step_never_half_writes_and_the_worker_recovers
         // A lease taken before the cut runs out (LEASE_DURATION_MS=1000) before the
         // next step's request.
         eventually("the lease to be free", || async {
-            sqlx::query_scalar::<_, bool>(
-                "SELECT lease_owner IS NULL OR lease_expires_at < now() FROM sessions WHERE session_id = 's'",
-            )
-            .fetch_one(&app.db)
-            .await
-            .unwrap()
+            (app.db)
+                .query(
+                    "SELECT lease_owner IS NULL OR lease_expires_at < now() FROM sessions WHERE session_id = 's'",
+                )
+                .scalar::<bool>()
+                .await
+                .unwrap()
         })
         .await;
     }
@@ -163,6 +166,7 @@ async fn cutting_postgres_at_each_step_never_half_writes_and_the_worker_recovers
 
 #[tokio::test]
 async fn a_worker_started_while_postgres_is_unreachable_is_not_ready_until_it_is() {
+    postgres_only!("makes Postgres unreachable through a TCP proxy");
     let proxy = Proxy::start("127.0.0.1:5432").await;
     proxy.cut();
     let mut app = setup(&[]).await;

@@ -24,9 +24,10 @@ async fn in_the_band(app: &TestApp, session: &str) {
 }
 
 async fn pending_cut(app: &TestApp, session: &str) -> Option<i64> {
-    sqlx::query_scalar("SELECT cut_seq FROM pending_summaries WHERE session_id = $1")
+    app.db
+        .query("SELECT cut_seq FROM pending_summaries WHERE session_id = $1")
         .bind(session)
-        .fetch_optional(&app.db)
+        .scalar_optional()
         .await
         .unwrap()
 }
@@ -158,8 +159,7 @@ async fn the_crossing_turn_is_compacted_from_the_pending_summary_without_an_llm_
         1.0
     );
     // Restoring it works as for any compaction.
-    let store = summarizer::store::PgStore::from_pool(app.db.clone());
-    store.restore("s", None).await.unwrap();
+    app.store.restore("s", None).await.unwrap();
     assert_eq!(app.messages("s").await, before);
 }
 
@@ -172,13 +172,14 @@ async fn an_edit_of_the_old_part_drops_the_pending_summary_and_the_turn_compacts
     let cut = until_pending(&app, "s").await;
 
     // The same text written again: same length, same content, another row version.
-    sqlx::query(
-        "UPDATE messages SET content = content
-         WHERE session_id = 's' AND seq = (SELECT min(seq) FROM messages WHERE session_id = 's')",
-    )
-    .execute(&app.db)
-    .await
-    .unwrap();
+    app.db
+        .query(
+            "UPDATE messages SET content = content
+             WHERE session_id = 's' AND seq = (SELECT min(seq) FROM messages WHERE session_id = 's')",
+        )
+        .execute()
+        .await
+        .unwrap();
     app.append_turn("s", 4).await;
     let before = app.messages("s").await;
     let reply = app.turn_starting("s").await;
@@ -224,14 +225,16 @@ async fn a_row_inserted_before_the_cut_drops_the_pending_summary() {
     // An agent that writes its own seqs puts a message into the old part.
     let first: i64 = app.messages("s").await[0].seq;
     assert!(first + 1 < cut);
-    sqlx::query("UPDATE messages SET seq = seq + 1000000 WHERE session_id = 's' AND seq = $1")
+    app.db
+        .query("UPDATE messages SET seq = seq + 1000000 WHERE session_id = 's' AND seq = $1")
         .bind(first + 1)
-        .execute(&app.db)
+        .execute()
         .await
         .unwrap();
-    sqlx::query("UPDATE messages SET seq = $1 WHERE session_id = 's' AND seq = $1 + 1000000")
+    app.db
+        .query("UPDATE messages SET seq = $1 WHERE session_id = 's' AND seq = $1 + 1000000")
         .bind(first + 1)
-        .execute(&app.db)
+        .execute()
         .await
         .unwrap();
     app.append_turn("s", 4).await;
@@ -292,14 +295,18 @@ async fn other_limits_or_an_expired_pending_summary_are_not_applied() {
         .sum();
     assert!(kept >= 1500, "compacted with the turn's own keep: {kept}");
 
-    // A pending summary older than PRECOMPUTE_TTL (an hour by default).
-    sqlx::query(
-        "UPDATE pending_summaries SET created_at = now() - interval '61 minutes'
-         WHERE session_id = 'old'",
-    )
-    .execute(&app.db)
-    .await
-    .unwrap();
+    // A pending summary older than PRECOMPUTE_TTL (an hour by default). (SQLite keeps
+    // its age in unix milliseconds, as the worker's clock reads it.)
+    app.db
+        .query(app.db.per_backend(
+            "UPDATE pending_summaries SET created_at = now() - interval '61 minutes'
+             WHERE session_id = 'old'",
+            "UPDATE pending_summaries SET created_at = created_at - 61 * 60 * 1000
+             WHERE session_id = 'old'",
+        ))
+        .execute()
+        .await
+        .unwrap();
     let reply = app.turn_starting("old").await;
     assert_eq!(reply.status, Status::Compacted);
     assert_eq!(app.llm_requests().await, 4);
@@ -372,11 +379,11 @@ async fn two_workers_never_precompute_one_session_twice() {
     for reply in join_all(burst(20)).await {
         reply.unwrap();
     }
-    let started: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM pending_summaries WHERE session_id = 's'")
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let started: i64 = (app.db)
+        .query("SELECT count(*) FROM pending_summaries WHERE session_id = 's'")
+        .scalar()
+        .await
+        .unwrap();
     assert_eq!(started, 1);
     assert_eq!(
         app.llm_requests().await,
@@ -408,13 +415,8 @@ async fn a_worker_killed_during_a_precompute_leaves_no_pending_row_and_the_sessi
     worker.signal("KILL").await;
 
     assert_eq!(pending_cut(&app, "s").await, None, "nothing half written");
-    eventually("the dead precompute's lease to expire", || async {
-        sqlx::query_scalar::<_, bool>(
-            "SELECT lease_expires_at < now() FROM sessions WHERE session_id = 's'",
-        )
-        .fetch_one(&app.db)
-        .await
-        .unwrap()
+    eventually("the dead precompute's lease to expire", || {
+        app.db.lease_expired("s")
     })
     .await;
     app.start_worker(&[]).await;
@@ -469,8 +471,9 @@ async fn with_precompute_off_no_summary_is_prepared() {
     // had a precompute started at the band turn, its call would be counted here.
     assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
     assert_eq!(app.llm_requests().await, 1);
-    let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM pending_summaries")
-        .fetch_one(&app.db)
+    let pending: i64 = (app.db)
+        .query("SELECT count(*) FROM pending_summaries")
+        .scalar()
         .await
         .unwrap();
     assert_eq!(pending, 0);
@@ -552,22 +555,24 @@ async fn a_fifty_thousand_message_session_with_a_megabyte_dump_is_applied_from_i
         None,
     )
     .await;
-    sqlx::query(
-        "INSERT INTO messages (session_id, role, content)
-         SELECT 'big', CASE WHEN m % 4 = 0 THEN 'user' ELSE 'assistant' END,
-                'step ' || m || ': orders-db-' || (m % 7) || ' p99 ' || (m % 900)
-                || ' ms, ERROR 503 on checkout-api v2.' || (m % 9)
-         FROM generate_series(1, 50000) AS m",
-    )
-    .execute(&app.db)
-    .await
-    .unwrap();
+    app.db
+        .query(
+            "WITH RECURSIVE steps (m) AS (SELECT 1 UNION ALL SELECT m + 1 FROM steps WHERE m < 50000)
+             INSERT INTO messages (session_id, role, content)
+             SELECT 'big', CASE WHEN m % 4 = 0 THEN 'user' ELSE 'assistant' END,
+                    'step ' || m || ': orders-db-' || (m % 7) || ' p99 ' || (m % 900)
+                    || ' ms, ERROR 503 on checkout-api v2.' || (m % 9)
+             FROM steps ORDER BY m",
+        )
+        .execute()
+        .await
+        .unwrap();
     app.append("big", "user", "What now?", None, None).await;
-    let total: i64 =
-        sqlx::query_scalar("SELECT total_chars FROM sessions WHERE session_id = 'big'")
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let total: i64 = (app.db)
+        .query("SELECT total_chars FROM sessions WHERE session_id = 'big'")
+        .scalar()
+        .await
+        .unwrap();
     // This session's own threshold puts it in the band, then a turn of 2x the band
     // crosses it.
     let threshold = total * 5 / 4;
@@ -578,12 +583,15 @@ async fn a_fifty_thousand_message_session_with_a_megabyte_dump_is_applied_from_i
     // extracts its facts in several seconds.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let planned: i64 = sqlx::query_scalar(
-            "SELECT coalesce(max(cardinality(removed_seqs)), 0)::bigint FROM pending_summaries",
-        )
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+        // The planned prefix's length: an array in Postgres, a JSON array in SQLite.
+        let planned: i64 = (app.db)
+            .query(app.db.per_backend(
+                "SELECT coalesce(max(cardinality(removed_seqs)), 0)::bigint FROM pending_summaries",
+                "SELECT coalesce(max(json_array_length(removed_seqs)), 0) FROM pending_summaries",
+            ))
+            .scalar()
+            .await
+            .unwrap();
         if planned > 49_000 {
             break;
         }
@@ -612,11 +620,12 @@ async fn a_fifty_thousand_message_session_with_a_megabyte_dump_is_applied_from_i
     let events = app.usage_events("big").await;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].4["precomputed"], true);
-    let archived: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM archived_messages WHERE session_id = 'big'")
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let archived: i64 = (app
+        .db
+        .query("SELECT count(*) FROM archived_messages WHERE session_id = 'big'"))
+    .scalar()
+    .await
+    .unwrap();
     assert_eq!(Some(archived), reply.messages_removed);
     assert!(app.check().await.is_clean());
 }

@@ -5,14 +5,15 @@ use std::time::Duration;
 
 use summarizer::client::{Decision, TurnClient};
 use summarizer::outcome::Status;
+use summarizer::store::Backend;
 use summarizer::telemetry::{REJECTED_WARNING_INTERVAL, REJECTED_WARNINGS_PER_INTERVAL};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use crate::fixtures::WorkerProcess;
 use crate::helpers::{
-    API_KEY, NATS_URL, SUMMARY, eventually, fresh_database, setup, test_env, unique_database_name,
-    unique_subject,
+    API_KEY, NATS_URL, SUMMARY, TestDb, backend, eventually, fresh_database, new_database_url,
+    setup, test_env, unique_subject,
 };
 
 /// The binary with a clean environment, run from an empty directory (no `.env`).
@@ -127,12 +128,12 @@ async fn the_api_key_never_reaches_the_logs_and_sigterm_exits_cleanly() {
         )
     })
     .await;
-    let db = sqlx::PgPool::connect(&database_url).await.unwrap();
+    let db = TestDb::connect(&database_url).await;
     for n in 0..12 {
-        sqlx::query("INSERT INTO messages (session_id, role, content) VALUES ('s', $1, $2)")
+        db.query("INSERT INTO messages (session_id, role, content) VALUES ('s', $1, $2)")
             .bind(if n % 2 == 0 { "user" } else { "assistant" })
             .bind(crate::helpers::filler(400))
-            .execute(&db)
+            .execute()
             .await
             .unwrap();
     }
@@ -168,17 +169,23 @@ async fn the_api_key_never_reaches_the_logs_and_sigterm_exits_cleanly() {
 
 #[tokio::test]
 async fn the_demo_runs_end_to_end_and_exits_zero() {
-    let database_url = format!(
-        "postgres://postgres@127.0.0.1:5432/{}",
-        unique_database_name()
-    );
+    // A database that does not exist yet: the demo makes it.
+    let database_url = new_database_url();
     let mut demo = summarizer(&["demo"]);
     demo.env("DATABASE_URL", &database_url)
         .env("NATS_URL", NATS_URL);
 
     let stdout = succeeds(demo, Duration::from_secs(90)).await;
 
-    assert!(stdout.contains("created the database"));
+    match backend() {
+        Backend::Postgres => assert!(stdout.contains("created the database"), "{stdout}"),
+        // The store creates a missing file as it opens it, without a word.
+        Backend::Sqlite => {
+            let path = database_url.strip_prefix("sqlite://").unwrap();
+            assert!(std::path::Path::new(path).exists(), "{path}");
+            assert!(!stdout.contains("falling back"), "{stdout}");
+        }
+    }
     assert!(stdout.contains("history before the first compaction"));
     assert!(stdout.contains("**Investigating:**"));
     assert!(stdout.contains("total_summarizations"));

@@ -88,8 +88,9 @@ async fn odd_requests_get_a_clear_reason_and_never_stop_the_worker() {
         );
         assert_eq!(reply.session_id.as_deref(), Some(id));
     }
-    let tables: i64 = sqlx::query_scalar("SELECT count(*) FROM messages")
-        .fetch_one(&app.db)
+    let tables: i64 = (app.db)
+        .query("SELECT count(*) FROM messages")
+        .scalar()
         .await
         .unwrap();
     assert_eq!(tables, 0, "the table is still there, and empty");
@@ -121,17 +122,12 @@ async fn odd_stored_content_is_compacted_without_loss() {
         .await;
         // Not an array: refused since tool_calls_is_array, so written as a database
         // from before that constraint holds it.
-        sqlx::raw_sql(
-            "ALTER TABLE messages DROP CONSTRAINT tool_calls_is_array;
-             INSERT INTO messages (session_id, role, content, tool_calls)
-                 VALUES ('séance-🦀', 'assistant', '', '{\"not\": \"an array\"}');
-             ALTER TABLE messages ADD CONSTRAINT tool_calls_is_array
-                 CHECK (tool_calls IS NULL OR jsonb_typeof(tool_calls) IN ('array', 'null'))
-                 NOT VALID",
-        )
-        .execute(&app.db)
-        .await
-        .unwrap();
+        app.db
+            .write_as_before_the_shape_constraint(&[
+                "INSERT INTO messages (session_id, role, content, tool_calls)
+                     VALUES ('séance-🦀', 'assistant', '', '{\"not\": \"an array\"}')",
+            ])
+            .await;
         app.append(
             id,
             "assistant",

@@ -3,6 +3,10 @@
 //! percent-encoded), `NATS_URL` (user:password, a token as the user, an IPv6 host),
 //! `LLM_BASE_URL` (user:password, `?api_key=`) and `LLM_API_KEY`, and all it writes to
 //! stdout and stderr is searched for them.
+//!
+//! Under SQLite, `DATABASE_URL` names a file and carries no credentials (there is no
+//! SQLite URL with a password to leak): the commands run on a SQLite file, and the
+//! secrets searched for are those of NATS and the LLM, which are the same.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -10,11 +14,14 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use summarizer::client::TurnClient;
+use summarizer::store::Backend;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use crate::fixtures::{free_port, signal_pid};
-use crate::helpers::{NATS_URL, eventually, fresh_database, unique_database_name, unique_subject};
+use crate::helpers::{
+    NATS_URL, TestDb, backend, eventually, fresh_database, new_database_url, unique_subject,
+};
 
 /// A distinctive part of every secret below, the same in its raw and percent-encoded
 /// forms: none of them may appear in any output.
@@ -113,6 +120,20 @@ fn assert_no_secret(outputs: &[String]) {
     }
 }
 
+/// `url` with the secrets a Postgres URL can carry: a password in the userinfo and in
+/// `?password=`, and `?sslpassword=`. Trust authentication: the server never asks for
+/// them, so they are carried through every command without stopping it. A SQLite URL
+/// carries none: it is returned as it is.
+fn with_secrets(url: &str) -> String {
+    match Backend::of(url) {
+        Backend::Postgres => format!(
+            "{}?password=pgpw-query&sslpassword=pgpw-ssl",
+            url.replace("postgres@", "postgres:pgpw-userinfo@")
+        ),
+        Backend::Sqlite => url.to_owned(),
+    }
+}
+
 fn env_of(pairs: &[(&str, String)]) -> HashMap<String, String> {
     pairs
         .iter()
@@ -123,14 +144,17 @@ fn env_of(pairs: &[(&str, String)]) -> HashMap<String, String> {
 #[tokio::test]
 async fn no_command_prints_a_secret_when_the_services_are_unreachable() {
     let (pg, nats, llm) = (free_port(), free_port(), free_port());
-    let env = env_of(&[
-        (
-            "DATABASE_URL",
-            format!(
-                "postgres://app:pgpw-userinfo%2Fx%40y@127.0.0.1:{pg}/summarizer\
-                 ?sslpassword=pgpw-ssl&application_name=t&password=pgpw-query"
-            ),
+    let database_url = match backend() {
+        Backend::Postgres => format!(
+            "postgres://app:pgpw-userinfo%2Fx%40y@127.0.0.1:{pg}/summarizer\
+             ?sslpassword=pgpw-ssl&application_name=t&password=pgpw-query"
         ),
+        // A file is never unreachable: the commands run on an empty one, with NATS and
+        // the LLM unreachable (the worker waits for NATS, saying so).
+        Backend::Sqlite => fresh_database().await,
+    };
+    let env = env_of(&[
+        ("DATABASE_URL", database_url),
         ("DATABASE_ACQUIRE_TIMEOUT_MS", "300".into()),
         ("NATS_URL", format!("nats://bot:natspw-url@[::1]:{nats}")),
         ("NATS_USER", "bot".into()),
@@ -157,10 +181,7 @@ async fn no_command_prints_a_secret_when_the_services_are_unreachable() {
     outputs.push(worker_output(&env, "unreachable, retrying", async {}).await);
     // A migrated database, so the worker goes on to wait for NATS and says so.
     let mut reachable_db = token_env.clone();
-    reachable_db.insert(
-        "DATABASE_URL".into(),
-        format!("{}?password=pgpw-query", fresh_database().await),
-    );
+    reachable_db.insert("DATABASE_URL".into(), with_secrets(&fresh_database().await));
     outputs.push(worker_output(&reachable_db, "NATS at", async {}).await);
     // A configuration error quotes the setting it is about.
     let mut bad = env.clone();
@@ -191,14 +212,6 @@ async fn no_command_prints_a_secret_against_the_real_services() {
         .await;
     let subject = unique_subject();
     let llm_url = llm.uri().replace("http://", "http://llm:llmpw-url@");
-    // Trust authentication: the server never asks for these passwords, so they are
-    // carried through every command without stopping it.
-    let with_secrets = |url: &str| {
-        format!(
-            "{}?password=pgpw-query&sslpassword=pgpw-ssl",
-            url.replace("postgres@", "postgres:pgpw-userinfo@")
-        )
-    };
     let env = env_of(&[
         ("DATABASE_URL", with_secrets(&database_url)),
         (
@@ -218,12 +231,12 @@ async fn no_command_prints_a_secret_against_the_real_services() {
     ]);
     let mut outputs = vec![output_of(&["migrate"], &env).await];
     assert!(outputs[0].contains("migrations applied to"), "{outputs:?}");
-    let db = sqlx::PgPool::connect(&database_url).await.unwrap();
+    let db = TestDb::connect(&database_url).await;
     for n in 0..12 {
-        sqlx::query("INSERT INTO messages (session_id, role, content) VALUES ('s', $1, $2)")
+        db.query("INSERT INTO messages (session_id, role, content) VALUES ('s', $1, $2)")
             .bind(if n % 2 == 0 { "user" } else { "assistant" })
             .bind(crate::helpers::filler(400))
-            .execute(&db)
+            .execute()
             .await
             .unwrap();
     }
@@ -241,13 +254,7 @@ async fn no_command_prints_a_secret_against_the_real_services() {
     // The demo must compact: the built-in summarizer, the LLM's secrets still set.
     let mut demo = env.clone();
     demo.insert("LLM_PROVIDER".into(), "extractive".into());
-    demo.insert(
-        "DATABASE_URL".into(),
-        with_secrets(&format!(
-            "postgres://postgres@127.0.0.1:5432/{}",
-            unique_database_name()
-        )),
-    );
+    demo.insert("DATABASE_URL".into(), with_secrets(&new_database_url()));
     let others = COMMANDS.iter().filter(|args| args[0] != "demo");
     outputs.extend(join_all(others.map(|args| output_of(args, &env))).await);
     outputs.push(output_of(&["demo"], &demo).await);

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use summarizer::client::Decision;
 use summarizer::outcome::{Reason, Status};
 use summarizer::protocol::{Overrides, Reply};
-use summarizer::store::{CounterReader, PgStore};
+use summarizer::store::CounterReader;
 
 use crate::helpers::{SUMMARY, TestApp, spawn_app, spawn_app_with};
 
@@ -37,10 +37,7 @@ async fn set_session(app: &TestApp, session: &str, columns: &str, values: &str) 
     let sql = format!(
         "INSERT INTO session_settings (session_id, {columns}) VALUES ('{session}', {values})"
     );
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .execute(&app.db)
-        .await
-        .unwrap();
+    app.db.raw(sqlx::AssertSqlSafe(sql)).await.unwrap();
 }
 
 #[tokio::test]
@@ -268,7 +265,7 @@ async fn counters_read_alone_or_batched_carry_each_sessions_settings() {
         .await;
     }
     app.append_turns("plain", 1).await;
-    let reader = CounterReader::spawn(PgStore::from_pool(app.db.clone()));
+    let reader = CounterReader::spawn(app.store.clone());
     let ids: Vec<String> = (0..40)
         .map(|i| match i % 5 {
             4 => "plain".to_owned(),
@@ -303,13 +300,15 @@ async fn stored_settings(
     app: &TestApp,
     session: &str,
 ) -> Option<(Option<bool>, Option<i64>, Option<i64>, Option<String>)> {
-    sqlx::query_as(
-        "SELECT enabled, threshold_chars, keep_chars, model FROM session_settings WHERE session_id = $1",
-    )
-    .bind(session)
-    .fetch_optional(&app.db)
-    .await
-    .unwrap()
+    app.db
+        .query(
+            "SELECT enabled, threshold_chars, keep_chars, model FROM session_settings
+             WHERE session_id = $1",
+        )
+        .bind(session)
+        .fetch_optional()
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

@@ -39,9 +39,10 @@ async fn each_rule_gives_its_skip_reason_and_writes_nothing() {
     app.append("no-boundary", "user", "Second ask", None, None)
         .await;
     // nothing_to_compact: the old part would be just an earlier summary.
-    sqlx::query("INSERT INTO messages (session_id, role, content, is_summary) VALUES ('only-summary', 'user', $1, true)")
+    app.db
+        .query("INSERT INTO messages (session_id, role, content, is_summary) VALUES ('only-summary', 'user', $1, true)")
         .bind(format!("{SUMMARY}\n{}", filler(1500)))
-        .execute(&app.db)
+        .execute()
         .await
         .unwrap();
     app.append("only-summary", "user", "Next ask", None, None)
@@ -69,8 +70,9 @@ async fn each_rule_gives_its_skip_reason_and_writes_nothing() {
         assert_eq!(app.messages(session).await, before, "{session} unchanged");
     }
     assert_eq!(app.llm_requests().await, 0);
-    let archived: i64 = sqlx::query_scalar("SELECT count(*) FROM archived_messages")
-        .fetch_one(&app.db)
+    let archived: i64 = (app.db)
+        .query("SELECT count(*) FROM archived_messages")
+        .scalar()
         .await
         .unwrap();
     assert_eq!(archived, 0);

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use summarizer::outcome::{Reason, Status};
-use summarizer::store::{CounterReader, PgStore};
+use summarizer::store::CounterReader;
 use wiremock::matchers::method;
 use wiremock::{Mock, ResponseTemplate};
 
@@ -13,13 +13,12 @@ use crate::helpers::{SUMMARY, TestApp, filler, spawn_app, spawn_app_with};
 
 /// `(total_chars, message_count, human_turns)` of a session.
 async fn counters(app: &TestApp, session: &str) -> (i64, i32, i32) {
-    sqlx::query_as(
-        "SELECT total_chars, message_count, human_turns FROM sessions WHERE session_id = $1",
-    )
-    .bind(session)
-    .fetch_one(&app.db)
-    .await
-    .unwrap()
+    app.db
+        .query("SELECT total_chars, message_count, human_turns FROM sessions WHERE session_id = $1")
+        .bind(session)
+        .fetch_one()
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -32,9 +31,10 @@ async fn a_same_length_edit_of_the_prefix_during_summarization_writes_nothing() 
     let pending = app.turn_starting_in_background("s");
     app.until_llm_called(1).await;
     // Same length, same seqs, different text: only the content tells the edit apart.
-    sqlx::query("UPDATE messages SET content = upper(content) WHERE session_id = 's' AND seq = $1")
+    app.db
+        .query("UPDATE messages SET content = upper(content) WHERE session_id = 's' AND seq = $1")
         .bind(first_seq)
-        .execute(&app.db)
+        .execute()
         .await
         .unwrap();
     let before = app.messages("s").await;
@@ -58,9 +58,10 @@ async fn uncompactable_sessions(app: &TestApp) -> [(&'static str, Reason); 2] {
     app.append("no-boundary", "user", "Second ask", None, None)
         .await;
     // The old part would be just an earlier summary.
-    sqlx::query("INSERT INTO messages (session_id, role, content, is_summary) VALUES ('only-summary', 'user', $1, true)")
+    app.db
+        .query("INSERT INTO messages (session_id, role, content, is_summary) VALUES ('only-summary', 'user', $1, true)")
         .bind(format!("{SUMMARY}\n{}", filler(1500)))
-        .execute(&app.db)
+        .execute()
         .await
         .unwrap();
     app.append("only-summary", "user", "Next ask", None, None)
@@ -75,14 +76,9 @@ async fn uncompactable_sessions(app: &TestApp) -> [(&'static str, Reason); 2] {
 }
 
 async fn hold_lease(app: &TestApp, session: &str) {
-    sqlx::query(
-        "UPDATE sessions SET lease_owner = 'someone-else', lease_expires_at = now() + interval '1 hour'
-         WHERE session_id = $1",
-    )
-    .bind(session)
-    .execute(&app.db)
-    .await
-    .unwrap();
+    app.db
+        .hold_lease(session, "someone-else", Duration::from_secs(3600))
+        .await;
 }
 
 #[tokio::test]
@@ -109,8 +105,9 @@ async fn an_uncompactable_session_is_answered_from_its_counters_until_they_chang
         app.append(session, "assistant", "One more thing.", None, None)
             .await;
         assert_eq!(app.turn_starting(session).await.status, Status::Busy);
-        sqlx::query("UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL")
-            .execute(&app.db)
+        app.db
+            .query("UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL")
+            .execute()
             .await
             .unwrap();
         assert_eq!(app.turn_starting(session).await.reason, reason, "{session}");
@@ -125,7 +122,7 @@ async fn counters_read_alone_or_batched_carry_the_remembered_skip() {
     for (session, reason) in sessions {
         assert_eq!(app.turn_starting(session).await.reason, reason);
     }
-    let reader = CounterReader::spawn(PgStore::from_pool(app.db.clone()));
+    let reader = CounterReader::spawn(app.store.clone());
 
     // All polled at once: the first goes alone, the rest wait for it and go as a batch.
     let reads =
@@ -147,8 +144,13 @@ async fn truncating_messages_zeroes_every_sessions_counters() {
     app.append_turns("a", 2).await;
     app.append_turns("b", 1).await;
 
-    sqlx::query("TRUNCATE messages")
-        .execute(&app.db)
+    // SQLite has no TRUNCATE: its truncate is an unqualified DELETE (which, as the table
+    // has triggers, runs them for each row).
+    app.db
+        .raw(
+            app.db
+                .per_backend("TRUNCATE messages", "DELETE FROM messages"),
+        )
         .await
         .unwrap();
 
@@ -183,17 +185,19 @@ async fn drifted_counters_are_named_by_check_and_fixed_by_repair_only_with_apply
     app.append_turns("s-ok", 1).await;
     app.append("s-rowless", "user", "hello", None, None).await;
     let right = counters(&app, "s-drifted").await;
-    sqlx::query("DELETE FROM sessions WHERE session_id = 's-rowless'")
-        .execute(&app.db)
+    app.db
+        .query("DELETE FROM sessions WHERE session_id = 's-rowless'")
+        .execute()
         .await
         .unwrap();
-    sqlx::query(
-        "UPDATE sessions SET total_chars = total_chars + 7, human_turns = 0
-         WHERE session_id = 's-drifted'",
-    )
-    .execute(&app.db)
-    .await
-    .unwrap();
+    app.db
+        .query(
+            "UPDATE sessions SET total_chars = total_chars + 7, human_turns = 0
+             WHERE session_id = 's-drifted'",
+        )
+        .execute()
+        .await
+        .unwrap();
     let drifted = counters(&app, "s-drifted").await;
 
     let report = app.check().await;
@@ -243,10 +247,11 @@ async fn thousands_of_failures_back_off_for_the_maximum_without_a_store_error() 
     // Far past 2^1024 overflowing a double, and at the integer column's limit.
     for (session, failures) in [("many", 5000), ("most", i32::MAX)] {
         app.append_turns(session, 5).await;
-        sqlx::query("UPDATE sessions SET failures = $2 WHERE session_id = $1")
+        app.db
+            .query("UPDATE sessions SET failures = $2 WHERE session_id = $1")
             .bind(session)
             .bind(failures)
-            .execute(&app.db)
+            .execute()
             .await
             .unwrap();
 
@@ -257,14 +262,7 @@ async fn thousands_of_failures_back_off_for_the_maximum_without_a_store_error() 
             (Status::Failed, Reason::LlmError),
             "{session}"
         );
-        let (recorded, backoff_secs): (i32, f64) = sqlx::query_as(
-            "SELECT failures, extract(epoch FROM retry_at - now())::float8
-             FROM sessions WHERE session_id = $1",
-        )
-        .bind(session)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+        let (recorded, backoff_secs) = app.db.backoff(session).await;
         assert_eq!(recorded, failures.saturating_add(1), "{session}");
         assert!(
             (880.0..=900.0).contains(&backoff_secs),

@@ -170,15 +170,16 @@ async fn stats_and_the_cli_report_the_mean_recall_of_the_summaries_that_had_fact
     assert_ne!(recalls[0], recalls[1], "two different recalls: {recalls:?}");
     // Events the mean leaves out: a part with no facts, a worker with the check off, a
     // malformed figure (which must not fail the insert either).
-    sqlx::query(
-        "INSERT INTO usage_events (session_id, model, metadata) VALUES
-             ('x', 'm', '{\"summarization\": true, \"facts_total\": 0, \"facts_kept\": 0}'),
-             ('x', 'm', '{\"summarization\": true}'),
-             ('x', 'm', '{\"summarization\": true, \"facts_total\": \"many\", \"facts_kept\": 1}')",
-    )
-    .execute(&app.db)
-    .await
-    .unwrap();
+    app.db
+        .query(
+            "INSERT INTO usage_events (session_id, model, metadata) VALUES
+                 ('x', 'm', '{\"summarization\": true, \"facts_total\": 0, \"facts_kept\": 0}'),
+                 ('x', 'm', '{\"summarization\": true}'),
+                 ('x', 'm', '{\"summarization\": true, \"facts_total\": \"many\", \"facts_kept\": 1}')",
+        )
+        .execute()
+        .await
+        .unwrap();
     let mean = (recalls[0] + recalls[1]) / 2.0;
 
     let stats = app.stats().await;

@@ -185,11 +185,11 @@ async fn a_second_attempt_that_fails_leaves_the_first_summary_and_the_compaction
             "{what}"
         );
         assert_eq!(app.lease_owner("s").await, None, "{what}");
-        let backing_off: bool =
-            sqlx::query_scalar("SELECT retry_at IS NOT NULL FROM sessions WHERE session_id = 's'")
-                .fetch_one(&app.db)
-                .await
-                .unwrap();
+        let backing_off: bool = (app.db)
+            .query("SELECT retry_at IS NOT NULL FROM sessions WHERE session_id = 's'")
+            .scalar()
+            .await
+            .unwrap();
         assert!(!backing_off, "{what}: a compaction, not a failure");
         let metrics = metrics(&app).await;
         let line = "summarizer_fact_retries_total{outcome=\"failed\"} 1";
