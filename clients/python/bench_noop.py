@@ -3,8 +3,10 @@ fleet that is down, and the floor of every below-threshold turn (one insert of t
 messages plus one NATS round trip, which answers "no responders" at once).
 
     DATABASE_URL=postgresql://... python bench_noop.py [--turns 200]
+    DATABASE_URL=sqlite:///path/to/file.db python bench_noop.py
 
-Needs Postgres (with the summarizer schema) and NATS; prints the figure, asserts nothing.
+Needs the database (Postgres, or the SQLite file a worker has migrated) and NATS; prints
+the figure, asserts nothing.
 """
 
 from __future__ import annotations

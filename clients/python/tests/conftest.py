@@ -1,20 +1,28 @@
-"""Fixtures against the real Postgres and NATS, with a worker built from this checkout.
+"""Fixtures against the real NATS and the store `SUMMARIZER_TEST_STORE` selects, with a
+worker built from this checkout.
 
-A session gets a fresh database (`summarizer_pytest_<random>`, dropped at the end) and a
-worker process (`target/debug/summarizer worker`, built if missing) on a subject of its
-own, with a low threshold and the offline extractive summarizer.
+`SUMMARIZER_TEST_STORE=postgres` (the default) or `sqlite`, the same switch as the Rust
+suite's. A session gets a fresh database -- a Postgres database `summarizer_pytest_<random>`
+(dropped at the end), or a SQLite file in a temporary directory, which the worker creates
+-- and a worker process (`target/debug/summarizer worker`, built if missing) on a subject
+of its own, with a low threshold and the offline extractive summarizer. The helpers that
+read or write the database directly (`sql`, `rows`, `usage_events`, `checkpointer`) do it
+as an agent on that store would: psycopg, or sqlite3.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
+import sqlite3
 import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +35,9 @@ import pytest_asyncio
 from summarizer_client import SummarizerClient
 
 REPO = Path(__file__).resolve().parents[3]
+STORE = os.environ.get("SUMMARIZER_TEST_STORE", "postgres")
+if STORE not in ("postgres", "sqlite"):
+    raise pytest.UsageError(f"SUMMARIZER_TEST_STORE must be postgres or sqlite, not {STORE!r}")
 ADMIN_URL = os.environ.get("SUMMARIZER_TEST_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 NATS_URL = "nats://127.0.0.1:4222"
 THRESHOLD = 3000
@@ -110,8 +121,18 @@ class Worker:
         self._cwd.cleanup()
 
 
+def sqlite_only(reason: str) -> pytest.MarkDecorator:
+    """Marks a test that is about the SQLite file the worker shares: skipped under Postgres."""
+    return pytest.mark.skipif(STORE != "sqlite", reason=f"SQLite only: {reason}")
+
+
 @pytest.fixture(scope="session")
-def database_url() -> Iterator[str]:
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if STORE == "sqlite":
+        # Absolute (sqlite:///tmp/...): the workers run in directories of their own. The
+        # first worker creates and migrates the file.
+        yield f"sqlite://{tmp_path_factory.mktemp('sqlite') / 'summarizer.db'}"
+        return
     name = f"summarizer_pytest_{secrets.token_hex(6)}"
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
@@ -144,20 +165,84 @@ def session_id() -> str:
     return f"s-{secrets.token_hex(6)}"
 
 
+def sqlite_path(database_url: str) -> str:
+    """The file of the fixture's SQLite URL (always `sqlite:///<absolute path>`)."""
+    assert database_url.startswith("sqlite:///"), database_url
+    return database_url.removeprefix("sqlite://")
+
+
+def sql(database_url: str, statement: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    """Runs one statement in a transaction of its own, as an agent or an operator would
+    with plain SQL, and returns its rows. Written with psycopg's placeholders (`%s`,
+    `%(name)s`), which become sqlite3's (`?`, `:name`) under SQLite."""
+    if STORE == "sqlite":
+        statement = re.sub(r"%\((\w+)\)s", r":\1", statement).replace("%s", "?")
+        conn = sqlite3.connect(sqlite_path(database_url), timeout=10)
+        try:
+            with conn:
+                return conn.execute(statement, params).fetchall()
+        finally:
+            conn.close()
+    with psycopg.connect(database_url) as pg:
+        cur = pg.execute(statement, params)
+        return cur.fetchall() if cur.description else []
+
+
 def rows(database_url: str, table: str, session: str) -> list[dict[str, Any]]:
-    with psycopg.connect(database_url) as conn:
-        cur = conn.execute(
-            f"SELECT seq, role, content, is_summary, external_id, extra FROM {table} "
-            "WHERE session_id = %s ORDER BY seq",
-            (session,),
-        )
-        names = [c.name for c in cur.description or []]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+    """The session's rows of `messages` or `archived_messages`, in seq order, as psycopg
+    reads them (SQLite's 0/1 and JSON text read as bool and parsed JSON)."""
+    found = sql(
+        database_url,
+        f"SELECT seq, role, content, is_summary, external_id, extra FROM {table} "
+        "WHERE session_id = %s ORDER BY seq",
+        (session,),
+    )
+    return [
+        {
+            "seq": seq,
+            "role": role,
+            "content": content,
+            "is_summary": bool(is_summary),
+            "external_id": external_id,
+            "extra": json.loads(extra) if isinstance(extra, str) else extra,
+        }
+        for seq, role, content, is_summary, external_id, extra in found
+    ]
 
 
 def usage_events(database_url: str, session: str) -> int:
-    with psycopg.connect(database_url) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM usage_events WHERE session_id = %s", (session,)
-        ).fetchone()
-        return int(row[0]) if row else 0
+    found = sql(database_url, "SELECT count(*) FROM usage_events WHERE session_id = %s", (session,))
+    return int(found[0][0])
+
+
+@contextmanager
+def checkpointer(database_url: str) -> Iterator[Any]:
+    """A durable LangGraph checkpointer in the store's own database (for SQLite, the file
+    the worker and the client share): PostgresSaver or SqliteSaver."""
+    if STORE == "sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        with SqliteSaver.from_conn_string(sqlite_path(database_url)) as lite:
+            yield lite
+        return
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with PostgresSaver.from_conn_string(database_url) as saver:
+        saver.setup()
+        yield saver
+
+
+@asynccontextmanager
+async def async_checkpointer(database_url: str) -> AsyncIterator[Any]:
+    """`checkpointer` for async graphs: AsyncPostgresSaver or AsyncSqliteSaver."""
+    if STORE == "sqlite":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with AsyncSqliteSaver.from_conn_string(sqlite_path(database_url)) as lite:
+            yield lite
+        return
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    async with AsyncPostgresSaver.from_conn_string(database_url) as saver:
+        await saver.setup()
+        yield saver

@@ -1,5 +1,6 @@
-"""Fail open: with no worker, no NATS or no Postgres, every turn runs with its state
-unchanged, and each cause is logged once, not once per turn."""
+"""Fail open: with no worker, no NATS or no database (Postgres down, or no SQLite file),
+every turn runs with its state unchanged, and each cause is logged once, not once per
+turn."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from langchain.agents import create_agent
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agents import TOOLS, ScriptedModel, is_tagged_summary, question
-from conftest import NATS_URL, Worker, session_id, unique_subject
+from conftest import NATS_URL, STORE, Worker, session_id, unique_subject
 from summarizer_client import SummarizerClient, SummarizerMiddleware
 
 
@@ -44,9 +45,9 @@ def assert_unchanged(messages: list[Any], turns: int) -> None:
     assert not any(is_tagged_summary(m) for m in messages)
 
 
-@pytest.mark.parametrize("case", ["no_worker", "no_nats", "no_postgres"])
+@pytest.mark.parametrize("case", ["no_worker", "no_nats", "no_database"])
 def test_every_turn_runs_unchanged_and_each_cause_is_logged_once(
-    case: str, worker: Worker, database_url: str, caplog: pytest.LogCaptureFixture
+    case: str, worker: Worker, database_url: str, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     caplog.set_level(logging.WARNING, logger="summarizer_client")
     nats_url, db_url, subject = NATS_URL, database_url, worker.subject
@@ -54,6 +55,8 @@ def test_every_turn_runs_unchanged_and_each_cause_is_logged_once(
         subject = unique_subject()
     elif case == "no_nats":
         nats_url = f"nats://127.0.0.1:{closed_port()}"
+    elif STORE == "sqlite":
+        db_url = f"sqlite://{tmp_path / 'nowhere' / 'summarizer.db'}"
     else:
         db_url = f"postgresql://postgres@127.0.0.1:{closed_port()}/nowhere?connect_timeout=1"
     client = SummarizerClient(nats_url, db_url, subject, timeout=1.0)

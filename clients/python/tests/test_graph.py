@@ -6,7 +6,6 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
@@ -18,7 +17,7 @@ from agents import (
     is_tagged_summary,
     question,
 )
-from conftest import THRESHOLD, rows, session_id
+from conftest import THRESHOLD, async_checkpointer, rows, session_id
 from summarizer_client import SummarizerClient, maybe_summarize, summarizer_node
 
 
@@ -48,8 +47,7 @@ async def test_maybe_summarize_before_each_turn_of_a_compiled_graph(
     model = ScriptedModel()
     produced: set[str] = set()
     decisions = []
-    async with AsyncPostgresSaver.from_conn_string(database_url) as saver:
-        await saver.setup()
+    async with async_checkpointer(database_url) as saver:
         graph = agent_graph(model).compile(checkpointer=saver)
         config: Any = {"configurable": {"thread_id": session}}
         for n in range(1, 31):

@@ -16,11 +16,10 @@ from typing import Any
 import nats
 import nats.errors
 import nats.js.errors
-import psycopg
 import pytest
 
 from agents import FILLER, question
-from conftest import NATS_URL, THRESHOLD, Worker, rows, session_id, usage_events
+from conftest import NATS_URL, THRESHOLD, Worker, rows, session_id, sql, usage_events
 from summarizer_client import JobNotStored, PublishedJob, SummarizerClient, job_subject
 
 
@@ -67,13 +66,13 @@ def jobs_worker(worker: Worker, database_url: str) -> Iterator[JobsWorker]:
 
 def store_conversation(database_url: str, session: str, turns: int = 6) -> None:
     """Plain-SQL rows over the threshold: `turns` exchanges of about 650 chars each."""
-    with psycopg.connect(database_url) as conn:
-        for n in range(1, turns + 1):
-            conn.execute(
-                "INSERT INTO messages (session_id, role, content) VALUES "
-                "(%(s)s, 'user', %(q)s), (%(s)s, 'assistant', %(a)s)",
-                {"s": session, "q": question(n).content, "a": f"Answer {n}: " + FILLER * 6},
-            )
+    for n in range(1, turns + 1):
+        sql(
+            database_url,
+            "INSERT INTO messages (session_id, role, content) VALUES "
+            "(%(s)s, 'user', %(q)s), (%(s)s, 'assistant', %(a)s)",
+            {"s": session, "q": question(n).content, "a": f"Answer {n}: " + FILLER * 6},
+        )
     chars = sum(len(r["content"]) for r in rows(database_url, "messages", session))
     assert chars > THRESHOLD
 

@@ -1,13 +1,12 @@
-"""`SummarizerMiddleware` in a `create_agent` agent with parallel tool calls and a
-Postgres checkpointer, over many turns at a low threshold."""
+"""`SummarizerMiddleware` in a `create_agent` agent with parallel tool calls and a durable
+checkpointer in the store's database (Postgres, or the SQLite file), over many turns at a
+low threshold."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from langchain.agents import create_agent
-from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from agents import (
     TOOLS,
@@ -17,7 +16,7 @@ from agents import (
     is_tagged_summary,
     question,
 )
-from conftest import THRESHOLD, rows, session_id, usage_events
+from conftest import THRESHOLD, async_checkpointer, checkpointer, rows, session_id, usage_events
 from summarizer_client import SummarizerClient, SummarizerMiddleware
 
 
@@ -31,15 +30,14 @@ def check_turn(state: dict[str, Any], produced: set[str], compacted_before: bool
     return False
 
 
-def test_create_agent_sync_with_a_postgres_checkpointer_over_thirty_turns(
+def test_create_agent_sync_with_a_durable_checkpointer_over_thirty_turns(
     client: SummarizerClient, database_url: str
 ) -> None:
     session = session_id()
     model = ScriptedModel()
     produced: set[str] = set()
     compacted = False
-    with PostgresSaver.from_conn_string(database_url) as saver:
-        saver.setup()
+    with checkpointer(database_url) as saver:
         agent = create_agent(model, tools=TOOLS, middleware=[SummarizerMiddleware(client)], checkpointer=saver)
         config = {"configurable": {"thread_id": session}}
         for n in range(1, 32):
@@ -57,15 +55,14 @@ def test_create_agent_sync_with_a_postgres_checkpointer_over_thirty_turns(
     )
 
 
-async def test_create_agent_async_with_a_postgres_checkpointer(
+async def test_create_agent_async_with_a_durable_checkpointer(
     client: SummarizerClient, database_url: str
 ) -> None:
     session = session_id()
     model = ScriptedModel()
     produced: set[str] = set()
     compacted = False
-    async with AsyncPostgresSaver.from_conn_string(database_url) as saver:
-        await saver.setup()
+    async with async_checkpointer(database_url) as saver:
         agent = create_agent(model, tools=TOOLS, middleware=[SummarizerMiddleware(client)], checkpointer=saver)
         config = {"configurable": {"thread_id": session}}
         for n in range(1, 13):

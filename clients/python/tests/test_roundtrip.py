@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import psycopg
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
@@ -13,7 +12,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from conftest import session_id
+from conftest import session_id, sql
 from summarizer_client import SummarizerClient
 
 
@@ -81,15 +80,15 @@ async def test_rows_written_with_plain_sql_and_summaries_load_as_langchain_messa
     client: SummarizerClient, database_url: str
 ) -> None:
     session = session_id()
-    with psycopg.connect(database_url) as conn:
-        conn.execute(
-            """INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, is_summary) VALUES
-               (%(s)s, 'user', 'the summary', NULL, NULL, true),
-               (%(s)s, 'user', 'hi', NULL, NULL, false),
-               (%(s)s, 'assistant', '', '[{"id": "c1", "name": "get_logs", "arguments": {"service": "api"}}]', NULL, false),
-               (%(s)s, 'tool', 'ok', NULL, 'c1', false)""",
-            {"s": session},
-        )
+    sql(
+        database_url,
+        """INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, is_summary) VALUES
+           (%(s)s, 'user', 'the summary', NULL, NULL, true),
+           (%(s)s, 'user', 'hi', NULL, NULL, false),
+           (%(s)s, 'assistant', '', '[{"id": "c1", "name": "get_logs", "arguments": {"service": "api"}}]', NULL, false),
+           (%(s)s, 'tool', 'ok', NULL, 'c1', false)""",
+        {"s": session},
+    )
 
     first = await client.load(session)
     second = await client.load(session)
@@ -110,7 +109,6 @@ async def test_rows_written_with_plain_sql_and_summaries_load_as_langchain_messa
 async def test_the_content_column_holds_the_text_of_content_blocks(client: SummarizerClient, database_url: str) -> None:
     session = session_id()
     await client.append(session, every_kind()[2:3])
-    with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT role, content FROM messages WHERE session_id = %s", (session,)).fetchone()
+    found = sql(database_url, "SELECT role, content FROM messages WHERE session_id = %s", (session,))
 
-    assert row == ("user", "Here is the graph:\nand a bare string block")
+    assert found == [("user", "Here is the graph:\nand a bare string block")]

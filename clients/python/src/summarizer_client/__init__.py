@@ -5,6 +5,10 @@ conversations inside the context window with the summarizer worker fleet.
 `job_subject`, `PublishedJob`, `JobNotStored`) need only the base install;
 `SummarizerMiddleware`, `maybe_summarize` and `summarizer_node` need the `[langchain]`
 extra.
+
+The messages live where the workers keep their sessions: their Postgres
+(`database_url="postgresql://..."`), or, for a deployment on one host, their SQLite file
+(`database_url="sqlite:///path/to/file.db"`, read with the standard library's `sqlite3`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`SummarizerClient`: asks the worker fleet before a turn, and mirrors LangChain messages
-in the `messages` table. Nothing here raises to the agent on the turn path: whatever
-fails, the answer is "proceed", and the cause is logged once.
+in the `messages` table (in Postgres, or in the SQLite file of a one-host deployment: see
+`_store`). Nothing here raises to the agent on the turn path: whatever fails, the answer
+is "proceed", and the cause is logged once.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as Nats
-from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from ._failopen import Warnings
 from ._loop import LoopThread
+from ._store import Store, backend, backend_name, check_url, open_store
 from .jobs import (
     DEFAULT_SUBJECT_PREFIX,
     MSG_ID_HEADER,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: Between attempts to reach NATS or Postgres after they could not be reached.
+#: Between attempts to reach NATS or the database after they could not be reached.
 RECONNECT_INTERVAL = 2
 
 
@@ -50,7 +50,7 @@ class Decision:
     `compacted` means the stored history changed.
 
     `reason` is the reply's reason, or why there was none: `timeout`, `no_responders`
-    (no worker running) or `transport_error` (NATS or Postgres unreachable, an
+    (no worker running) or `transport_error` (NATS or the database unreachable, an
     unreadable reply, or any error in this package) -- the same strings as the Rust
     `TurnClient`.
     """
@@ -70,45 +70,13 @@ class Decision:
         return cls(compacted=False, reason=reason, reply=None)
 
 
-_INSERT = """
-INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, external_id, extra)
-SELECT %(session)s, m ->> 'role', m ->> 'content', nullif(m -> 'tool_calls', 'null'),
-       m ->> 'tool_call_id', m ->> 'external_id', m -> 'extra'
-FROM jsonb_array_elements(%(rows)s) WITH ORDINALITY AS r (m, n)
-WHERE m ->> 'external_id' IS NULL OR NOT EXISTS (
-    SELECT 1 FROM archived_messages a
-    WHERE a.session_id = %(session)s AND a.external_id = m ->> 'external_id'
-)
-ORDER BY n
-ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
-"""
-
-# Rows without an external id (the worker's summaries, plain-SQL agents' rows) get one,
-# in the same statement, so that the next sync recognises them as stored. A summary's
-# names the compaction in force (see _codec.summary_compaction).
-_LOAD = """
-WITH s AS (
-    SELECT last_compaction_id FROM sessions WHERE session_id = %(session)s
-), tagged AS (
-    UPDATE messages SET external_id = CASE
-        WHEN is_summary THEN 'summarizer-summary-'
-            || coalesce((SELECT last_compaction_id FROM s)::text, 'none') || '-' || seq
-        ELSE 'summarizer-row-' || seq END
-    WHERE session_id = %(session)s AND external_id IS NULL
-    RETURNING seq, external_id
-)
-SELECT m.role, m.content, m.tool_calls, m.tool_call_id, m.is_summary,
-       coalesce(t.external_id, m.external_id), m.extra
-FROM messages m LEFT JOIN tagged t ON t.seq = m.seq
-WHERE m.session_id = %(session)s
-ORDER BY m.seq
-"""
-
-
 class SummarizerClient:
     """An async client of the summarizer worker fleet and its `messages` table.
 
-    `database_url` defaults to `$DATABASE_URL`; without one, `append`/`load` (and so the
+    `database_url` defaults to `$DATABASE_URL`: the worker's Postgres
+    (`postgresql://...`), or the SQLite file a worker on the same host keeps its sessions
+    in (`sqlite:///path/to/file.db`; an in-memory `sqlite::memory:` raises `ValueError`,
+    as the worker could not share it). Without one, `append`/`load` (and so the
     LangChain integrations) are disabled with a warning. Connections are opened by
     `connect()` (or on first use) and live on a private event-loop thread, so one client
     serves async and sync callers alike. `publish_job` publishes durable jobs to the
@@ -124,12 +92,14 @@ class SummarizerClient:
     ) -> None:
         self.nats_url = nats_url
         self.database_url = database_url or os.environ.get("DATABASE_URL")
+        if self.database_url:
+            check_url(self.database_url)
         self.subject = subject
         self.timeout = timeout
         self.warnings = Warnings()
         self._loop = LoopThread("summarizer-client")
         self._nats: Nats | None = None
-        self._pool: AsyncConnectionPool | None = None
+        self._store: Store | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._closed = False
         # Per session, the message ids this process knows are stored (or archived):
@@ -143,7 +113,7 @@ class SummarizerClient:
     # -- lifecycle -------------------------------------------------------------------
 
     async def connect(self) -> None:
-        """Connects to NATS and Postgres. Never raises: what cannot be reached now is
+        """Connects to NATS and the database. Never raises: what cannot be reached now is
         retried in the background, and turns proceed unchanged meanwhile."""
         await self._loop.run(self._connect())
 
@@ -250,11 +220,11 @@ class SummarizerClient:
     async def _connect(self) -> None:
         self._closed = False
         await self._try_connect()
-        if (self._nats is None or self._pool is None) and self._connecting is None:
+        if (self._nats is None or self._store is None) and self._connecting is None:
             self._connecting = asyncio.create_task(self._keep_connecting())
 
     async def _ensure_connected(self) -> None:
-        if self._nats is None and self._pool is None and self._connecting is None:
+        if self._nats is None and self._store is None and self._connecting is None:
             await self._connect()
 
     async def _try_connect(self) -> None:
@@ -281,21 +251,16 @@ class SummarizerClient:
                 self.warnings.warn(
                     "nats_unavailable", "NATS unreachable at %s: %s", self.nats_url, _oneline(e)
                 )
-        if self._pool is None and self.database_url:
-            pool = AsyncConnectionPool(
-                self.database_url,
-                min_size=1,
-                max_size=4,
-                open=False,
-                kwargs={"autocommit": True, "application_name": "summarizer-client"},
-            )
+        if self._store is None and self.database_url:
+            # The cause is named for the backend: `postgres` or `sqlite`.
+            cause = backend(self.database_url)
             try:
-                await pool.open(wait=True, timeout=self.timeout)
-                self._pool = pool
-                self.warnings.cleared("postgres")
+                self._store = await open_store(self.database_url, self.timeout)
+                self.warnings.cleared(cause)
             except Exception as e:  # noqa: BLE001
-                await pool.close()
-                self.warnings.warn("postgres", "Postgres unreachable: %s", _oneline(e))
+                self.warnings.warn(
+                    cause, "%s unreachable: %s", backend_name(self.database_url), _oneline(e)
+                )
         elif not self.database_url:
             self.warnings.warn(
                 "no_database", "no database_url (or DATABASE_URL): messages are not stored"
@@ -303,7 +268,7 @@ class SummarizerClient:
 
     async def _keep_connecting(self) -> None:
         try:
-            while not self._closed and (self._nats is None or (self._pool is None and self.database_url)):
+            while not self._closed and (self._nats is None or (self._store is None and self.database_url)):
                 await asyncio.sleep(RECONNECT_INTERVAL)
                 await self._try_connect()
         finally:
@@ -320,9 +285,9 @@ class SummarizerClient:
         if self._nats is not None:
             await _close_quietly(self._nats)
             self._nats = None
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        if self._store is not None:
+            await self._store.close()
+            self._store = None
 
     async def _turn_starting(self, session_id: str) -> Decision:
         try:
@@ -409,10 +374,11 @@ class SummarizerClient:
             raise not_stored(_oneline(e)) from e
         return PublishedJob(msg_id=key, sequence=int(ack.seq), duplicate=bool(ack.duplicate))
 
-    def _require_pool(self) -> AsyncConnectionPool:
-        if self._pool is None:
-            raise ConnectionError("Postgres is not connected")
-        return self._pool
+    def _require_store(self) -> Store:
+        if self._store is None:
+            name = backend_name(self.database_url) if self.database_url else "the database"
+            raise ConnectionError(f"{name} is not connected")
+        return self._store
 
     async def _append(self, session_id: str, messages: list[BaseMessage]) -> int:
         from ._codec import to_row
@@ -421,22 +387,16 @@ class SummarizerClient:
             return 0
         await self._ensure_connected()
         rows = [to_row(m).as_json() for m in messages]
-        async with self._require_pool().connection(timeout=self.timeout) as conn:
-            cursor = await conn.execute(
-                _INSERT, {"session": session_id, "rows": Jsonb(rows)}
-            )
-            written = cursor.rowcount
+        written = await self._require_store().append_rows(session_id, rows)
         known = self._stored.setdefault(session_id, set())
         known.update(m.id for m in messages if m.id)
-        return max(written, 0)
+        return written
 
     async def _load(self, session_id: str) -> list[BaseMessage]:
         from ._codec import from_row
 
         await self._ensure_connected()
-        async with self._require_pool().connection(timeout=self.timeout) as conn:
-            cursor = await conn.execute(_LOAD, {"session": session_id})
-            rows = await cursor.fetchall()
+        rows = await self._require_store().load_rows(session_id)
         history = [from_row(*row) for row in rows]
         self._stored[session_id] = {m.id for m in history if m.id}
         return history

@@ -1,0 +1,309 @@
+"""Where `append` and `load` keep messages: the worker fleet's Postgres, or the SQLite file
+a worker on the same host keeps its sessions in (`sqlite:///path/to/file.db`).
+
+One small interface, `Store`, with one implementation per backend, chosen by the URL's
+scheme. Each backend has its own SQL; the semantics are the same:
+
+- `append_rows` inserts rows (`_codec.Row.as_json()`) in order, skipping those whose
+  external id the session already stores or has archived, and returns how many it wrote;
+- `load_rows` gives every row of the session without an external id (the worker's
+  summaries, plain-SQL agents' rows) one, so that the next sync recognises it as stored
+  (a summary's names the compaction in force, see `_codec.summary_compaction`), and
+  returns the session's rows in `seq` order, in the same transaction, as the tuples
+  `_codec.from_row` takes: (role, content, tool_calls, tool_call_id, is_summary,
+  external_id, extra), JSON columns parsed, `is_summary` a bool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import urllib.parse
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+T = TypeVar("T")
+
+#: How long a SQLite statement waits for the file's write lock, which the worker holds
+#: while it commits a compaction, before failing: the worker's own busy timeout.
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+class Store(Protocol):
+    async def append_rows(self, session: str, rows: list[dict[str, Any]]) -> int: ...
+
+    async def load_rows(self, session: str) -> list[tuple[Any, ...]]: ...
+
+    async def close(self) -> None: ...
+
+
+def backend(url: str) -> str:
+    """`sqlite` for `sqlite:` URLs, `postgres` for anything else (as the worker decides)."""
+    return "sqlite" if url.startswith("sqlite:") else "postgres"
+
+
+def backend_name(url: str) -> str:
+    return "SQLite" if backend(url) == "sqlite" else "Postgres"
+
+
+async def open_store(url: str, timeout: float) -> Store:
+    """The store `url` names, connected. Raises when it cannot be reached now."""
+    if backend(url) == "sqlite":
+        return await SqliteStore.open(url, timeout)
+    return await PostgresStore.open(url, timeout)
+
+
+# -- Postgres ------------------------------------------------------------------------
+
+_PG_INSERT = """
+INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, external_id, extra)
+SELECT %(session)s, m ->> 'role', m ->> 'content', nullif(m -> 'tool_calls', 'null'),
+       m ->> 'tool_call_id', m ->> 'external_id', m -> 'extra'
+FROM jsonb_array_elements(%(rows)s) WITH ORDINALITY AS r (m, n)
+WHERE m ->> 'external_id' IS NULL OR NOT EXISTS (
+    SELECT 1 FROM archived_messages a
+    WHERE a.session_id = %(session)s AND a.external_id = m ->> 'external_id'
+)
+ORDER BY n
+ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
+"""
+
+# Tags and reads in one statement (a data-modifying CTE).
+_PG_LOAD = """
+WITH s AS (
+    SELECT last_compaction_id FROM sessions WHERE session_id = %(session)s
+), tagged AS (
+    UPDATE messages SET external_id = CASE
+        WHEN is_summary THEN 'summarizer-summary-'
+            || coalesce((SELECT last_compaction_id FROM s)::text, 'none') || '-' || seq
+        ELSE 'summarizer-row-' || seq END
+    WHERE session_id = %(session)s AND external_id IS NULL
+    RETURNING seq, external_id
+)
+SELECT m.role, m.content, m.tool_calls, m.tool_call_id, m.is_summary,
+       coalesce(t.external_id, m.external_id), m.extra
+FROM messages m LEFT JOIN tagged t ON t.seq = m.seq
+WHERE m.session_id = %(session)s
+ORDER BY m.seq
+"""
+
+
+class PostgresStore:
+    """A small pool of autocommit connections."""
+
+    def __init__(self, pool: AsyncConnectionPool, timeout: float) -> None:
+        self._pool = pool
+        self._timeout = timeout
+
+    @classmethod
+    async def open(cls, url: str, timeout: float) -> PostgresStore:
+        pool = AsyncConnectionPool(
+            url,
+            min_size=1,
+            max_size=4,
+            open=False,
+            kwargs={"autocommit": True, "application_name": "summarizer-client"},
+        )
+        try:
+            await pool.open(wait=True, timeout=timeout)
+        except BaseException:
+            await pool.close()
+            raise
+        return cls(pool, timeout)
+
+    async def append_rows(self, session: str, rows: list[dict[str, Any]]) -> int:
+        async with self._pool.connection(timeout=self._timeout) as conn:
+            cursor = await conn.execute(_PG_INSERT, {"session": session, "rows": Jsonb(rows)})
+            return max(cursor.rowcount, 0)
+
+    async def load_rows(self, session: str) -> list[tuple[Any, ...]]:
+        async with self._pool.connection(timeout=self._timeout) as conn:
+            cursor = await conn.execute(_PG_LOAD, {"session": session})
+            return await cursor.fetchall()
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+
+# -- SQLite --------------------------------------------------------------------------
+
+# As _PG_INSERT. json_extract gives a JSON null as SQL NULL (so no nullif), a string as
+# its text, and an array or object as its JSON text, verbatim. tool_calls comes as a
+# string holding its JSON text (see SqliteStore.append_rows).
+_SQLITE_INSERT = """
+INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, external_id, extra)
+SELECT :session, json_extract(r.value, '$.role'), json_extract(r.value, '$.content'),
+       json_extract(r.value, '$.tool_calls'), json_extract(r.value, '$.tool_call_id'),
+       json_extract(r.value, '$.external_id'), json_extract(r.value, '$.extra')
+FROM json_each(:rows) AS r
+WHERE json_extract(r.value, '$.external_id') IS NULL OR NOT EXISTS (
+    SELECT 1 FROM archived_messages a
+    WHERE a.session_id = :session AND a.external_id = json_extract(r.value, '$.external_id')
+)
+ORDER BY r.key
+ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
+"""
+
+# As _PG_LOAD, in two statements of one write transaction: SQLite has no data-modifying
+# CTEs.
+_SQLITE_TAG = """
+UPDATE messages SET external_id = CASE
+    WHEN is_summary THEN 'summarizer-summary-'
+        || coalesce((SELECT last_compaction_id FROM sessions WHERE session_id = :session),
+                    'none')
+        || '-' || seq
+    ELSE 'summarizer-row-' || seq END
+WHERE session_id = :session AND external_id IS NULL
+"""
+_SQLITE_SELECT = """
+SELECT role, content, tool_calls, tool_call_id, is_summary, external_id, extra
+FROM messages WHERE session_id = :session ORDER BY seq
+"""
+
+# Writes nothing; fails on a file this process cannot write, or has no schema yet (the
+# worker migrates it at start), as a Postgres connection fails on a database it cannot
+# reach. It waits for the write lock like any write.
+_SQLITE_PROBE = "DELETE FROM messages WHERE 0"
+
+# sqlx's query parameters for SQLite URLs, which sqlite3's own `file:` URIs share.
+_SQLITE_PARAMS = {
+    "mode": {"ro", "rw", "rwc", "memory"},
+    "cache": {"private", "shared"},
+    "immutable": {"true", "1", "false", "0"},
+    "vfs": None,
+}
+
+
+def sqlite_uri(url: str) -> str:
+    """The `file:` URI sqlite3 opens for a `sqlite:` URL, read as the worker (sqlx) reads
+    it: `sqlite:///abs/path`, `sqlite://relative/path` or `sqlite:relative/path`
+    (relative to the working directory), percent-decoded, with sqlx's parameters (`mode`,
+    `cache`, `immutable`, `vfs`). Opens an existing file read-write unless `mode` says
+    otherwise: the worker creates the file.
+
+    Raises `ValueError` for an in-memory database (`sqlite::memory:`, `mode=memory`),
+    which the worker's process cannot share, an empty path, or an unknown parameter."""
+    rest = url.removeprefix("sqlite://") if url.startswith("sqlite://") else url[len("sqlite:") :]
+    quoted_path, _, query = rest.partition("?")
+    path = urllib.parse.unquote(quoted_path, errors="strict")
+    params = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    if path == ":memory:" or params.get("mode") == "memory":
+        raise ValueError(
+            f"{url!r} is an in-memory SQLite database, private to one process: the worker "
+            "cannot share it. Use a file both can open: sqlite:///path/to/file.db"
+        )
+    if not path:
+        raise ValueError(f"{url!r} names no SQLite file: use sqlite:///path/to/file.db")
+    for key, value in params.items():
+        if key not in _SQLITE_PARAMS:
+            raise ValueError(f"unknown parameter {key!r} in the SQLite URL")
+        allowed = _SQLITE_PARAMS[key]
+        if allowed is not None and value not in allowed:
+            raise ValueError(f"unknown value {value!r} for {key!r} in the SQLite URL")
+    params.setdefault("mode", "rw")
+    # `file:` + an absolute path takes an empty authority, so that `//x` stays a path.
+    prefix = "file://" if path.startswith("/") else "file:"
+    return prefix + urllib.parse.quote(path) + "?" + urllib.parse.urlencode(params)
+
+
+def check_url(url: str) -> None:
+    """Raises `ValueError` for a database URL no store can ever open."""
+    if backend(url) == "sqlite":
+        sqlite_uri(url)
+
+
+class SqliteStore:
+    """One connection, opened, used and closed on one dedicated thread (sqlite3
+    connections are not thread-safe by default), off the event loop. Statements wait for
+    the file's write lock (`SQLITE_BUSY_TIMEOUT_MS`) rather than fail."""
+
+    def __init__(self, executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
+        self._executor = executor
+        self._conn = conn
+
+    @classmethod
+    async def open(cls, url: str, timeout: float) -> SqliteStore:
+        uri = sqlite_uri(url)
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="summarizer-sqlite")
+        try:
+            conn = await _on(executor, _connect, uri, timeout)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(executor, conn)
+
+    async def append_rows(self, session: str, rows: list[dict[str, Any]]) -> int:
+        # tool_calls as Postgres renders jsonb (`[{"id": "c1", "name": ...}]`), not
+        # minified: `chars` counts it as stored, so the thresholds, and so the worker's
+        # decisions, come out the same on both stores.
+        rows = [{**row, "tool_calls": _jsonb_text(row["tool_calls"])} for row in rows]
+        return await _on(self._executor, self._append, session, json.dumps(rows))
+
+    async def load_rows(self, session: str) -> list[tuple[Any, ...]]:
+        return await _on(self._executor, self._load, session)
+
+    async def close(self) -> None:
+        try:
+            await _on(self._executor, self._conn.close)
+        finally:
+            self._executor.shutdown(wait=False)
+
+    # -- on the store's thread --
+
+    def _append(self, session: str, rows: str) -> int:
+        # One statement, so one implicit transaction, which takes the write lock first.
+        cursor = self._conn.execute(_SQLITE_INSERT, {"session": session, "rows": rows})
+        return max(cursor.rowcount, 0)
+
+    def _load(self, session: str) -> list[tuple[Any, ...]]:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(_SQLITE_TAG, {"session": session})
+            rows = conn.execute(_SQLITE_SELECT, {"session": session}).fetchall()
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return [
+            (role, content, _json(calls), call_id, bool(summary), external_id, _json(extra))
+            for role, content, calls, call_id, summary, external_id, extra in rows
+        ]
+
+
+def _connect(uri: str, timeout: float) -> sqlite3.Connection:
+    # isolation_level=None: no implicit transactions; _load begins its own.
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    try:
+        # The first statements wait no longer than the client's timeout, as a Postgres
+        # connect does; later ones as long as the worker's commits may take.
+        conn.execute(f"PRAGMA busy_timeout = {max(1, int(timeout * 1000))}")
+        # WAL is the file's mode, which the worker set already: asking again is harmless.
+        conn.execute("PRAGMA journal_mode = WAL")
+        # As the worker's connections: in WAL mode, durable across a crash of a process.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(_SQLITE_PROBE)
+        conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+async def _on(executor: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+    return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _jsonb_text(value: Any) -> str | None:
+    """JSON text as long as Postgres's rendering of it as jsonb (which also reorders keys)."""
+    return None if value is None else json.dumps(value, ensure_ascii=False)
