@@ -1,16 +1,20 @@
-//! Throwaway databases for `bench` and `chaos`: created beside the configured one,
-//! migrated, and dropped at the end.
+//! Throwaway databases for `bench` and `chaos`: created beside the configured one (or
+//! as a SQLite file in the temporary directory), migrated, and dropped at the end.
 //!
 //! The worker's store is used as the worker uses it (migrations, counters, `check`);
 //! the simulated agents get a pool of their own and write with plain SQL, as agents do.
 
+use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool};
-use summarizer::store::PgStore;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, Connection, PgPool, SqlitePool};
+use summarizer::store::{PgStore, SharedStore, SqliteStore};
 
 pub struct Scratch {
     pub url: String,
@@ -82,6 +86,250 @@ pub async fn drop_database(url: &str) -> anyhow::Result<()> {
         .await?;
     admin.close().await?;
     Ok(())
+}
+
+/// A SQLite file in the temporary directory, removed (with its WAL) on drop.
+pub struct ScratchFile(pub PathBuf);
+
+impl ScratchFile {
+    pub fn new(name: &str) -> Self {
+        Self(std::env::temp_dir().join(format!("{name}.db")))
+    }
+
+    pub fn url(&self) -> String {
+        format!("sqlite://{}", self.0.display())
+    }
+
+    /// A pool for the agents: plain connections with a busy timeout, as an agent on the
+    /// same host would open the file.
+    ///
+    /// # Errors
+    /// When the file cannot be opened.
+    pub async fn agents(&self, size: u32) -> anyhow::Result<SqlitePool> {
+        Ok(sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(size)
+            .connect_with(
+                SqliteConnectOptions::new()
+                    .filename(&self.0)
+                    .busy_timeout(Duration::from_secs(30)),
+            )
+            .await?)
+    }
+}
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = self.0.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The agents' own connections, to either store. Each method is one plain statement, as
+/// an agent writes it.
+#[derive(Clone, Debug)]
+pub enum AgentDb {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+impl AgentDb {
+    /// Appends one message (in SQLite, `tool_calls` is JSON text).
+    ///
+    /// # Errors
+    /// When the statement fails.
+    pub async fn append(
+        &self,
+        session: &str,
+        role: &str,
+        content: &str,
+        tool_calls: Option<&Value>,
+        tool_call_id: Option<&str>,
+    ) -> sqlx::Result<()> {
+        const INSERT: &str =
+            "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id)
+             VALUES ($1, $2, $3, $4, $5)";
+        match self {
+            Self::Postgres(pool) => {
+                sqlx::query(INSERT)
+                    .bind(session)
+                    .bind(role)
+                    .bind(content)
+                    .bind(tool_calls)
+                    .bind(tool_call_id)
+                    .execute(pool)
+                    .await?;
+            }
+            Self::Sqlite(pool) => {
+                sqlx::query(INSERT)
+                    .bind(session)
+                    .bind(role)
+                    .bind(content)
+                    .bind(tool_calls.map(Value::to_string))
+                    .bind(tool_call_id)
+                    .execute(pool)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The content of every message of the session that is not a summary, in the history
+    /// or the archive, in seq order.
+    ///
+    /// # Errors
+    /// When the statement fails.
+    pub async fn everything(&self, session: &str) -> sqlx::Result<Vec<String>> {
+        const EVERYTHING: &str = "SELECT coalesce(content, '') FROM (
+                 SELECT seq, content FROM messages WHERE session_id = $1 AND NOT is_summary
+                 UNION ALL
+                 SELECT seq, content FROM archived_messages WHERE session_id = $1 AND NOT is_summary
+             ) AS everything ORDER BY seq";
+        match self {
+            Self::Postgres(pool) => {
+                sqlx::query_scalar(EVERYTHING)
+                    .bind(session)
+                    .fetch_all(pool)
+                    .await
+            }
+            Self::Sqlite(pool) => {
+                sqlx::query_scalar(EVERYTHING)
+                    .bind(session)
+                    .fetch_all(pool)
+                    .await
+            }
+        }
+    }
+
+    /// How many dead letters there are, and how many (session, request id) pairs have
+    /// more than one compaction.
+    ///
+    /// # Errors
+    /// When a statement fails.
+    pub async fn dead_letters_and_twice_compacted(&self) -> sqlx::Result<(i64, i64)> {
+        const DEAD: &str = "SELECT count(*) FROM dead_letters";
+        Ok(match self {
+            Self::Postgres(pool) => (
+                sqlx::query_scalar(DEAD).fetch_one(pool).await?,
+                sqlx::query_scalar(
+                    "SELECT count(*) FROM (
+                         SELECT 1 FROM usage_events
+                         WHERE metadata @> '{\"summarization\": true}'
+                         GROUP BY session_id, metadata ->> 'request_id' HAVING count(*) > 1
+                     ) AS twice",
+                )
+                .fetch_one(pool)
+                .await?,
+            ),
+            Self::Sqlite(pool) => (
+                sqlx::query_scalar(DEAD).fetch_one(pool).await?,
+                sqlx::query_scalar(
+                    "SELECT count(*) FROM (
+                         SELECT 1 FROM usage_events
+                         WHERE json_type(metadata, '$.summarization') = 'true'
+                         GROUP BY session_id, metadata ->> 'request_id' HAVING count(*) > 1
+                     ) AS twice",
+                )
+                .fetch_one(pool)
+                .await?,
+            ),
+        })
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Self::Postgres(pool) => pool.close().await,
+            Self::Sqlite(pool) => pool.close().await,
+        }
+    }
+}
+
+/// A throwaway database of either store, for `chaos`.
+pub enum AnyScratch {
+    Postgres(Scratch),
+    Sqlite {
+        file: ScratchFile,
+        store: SqliteStore,
+        agents: SqlitePool,
+    },
+}
+
+impl AnyScratch {
+    /// A Postgres database beside `base_url`'s, or with `sqlite`, a SQLite file; either
+    /// named `name` and migrated.
+    ///
+    /// # Errors
+    /// When the database cannot be created or migrated.
+    pub async fn create(
+        base_url: &str,
+        name: &str,
+        pool_size: u32,
+        sqlite: bool,
+    ) -> anyhow::Result<Self> {
+        if !sqlite {
+            return Ok(Self::Postgres(
+                Scratch::create(base_url, name, pool_size).await?,
+            ));
+        }
+        let file = ScratchFile::new(name);
+        let store = SqliteStore::connect_lazy(&file.url(), pool_size, Duration::from_secs(30))?;
+        store.migrate().await.context("migrating")?;
+        let agents = file.agents(pool_size).await?;
+        Ok(Self::Sqlite {
+            file,
+            store,
+            agents,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        match self {
+            Self::Postgres(db) => db.url.clone(),
+            Self::Sqlite { file, .. } => file.url(),
+        }
+    }
+
+    pub fn store(&self) -> SharedStore {
+        match self {
+            Self::Postgres(db) => Arc::new(db.store.clone()),
+            Self::Sqlite { store, .. } => Arc::new(store.clone()),
+        }
+    }
+
+    pub fn agents(&self) -> AgentDb {
+        match self {
+            Self::Postgres(db) => AgentDb::Postgres(db.agents.clone()),
+            Self::Sqlite { agents, .. } => AgentDb::Sqlite(agents.clone()),
+        }
+    }
+
+    /// Closes the pools, then drops the database unless `keep`; returns where it is
+    /// when kept.
+    ///
+    /// # Errors
+    /// When the Postgres server refuses the drop.
+    pub async fn finish(self, keep: bool) -> anyhow::Result<Option<String>> {
+        let url = summarizer::config::redact_url(&self.url());
+        match self {
+            Self::Postgres(db) if keep => db.close().await,
+            Self::Postgres(db) => db.drop_database().await?,
+            Self::Sqlite {
+                file,
+                store,
+                agents,
+            } => {
+                agents.close().await;
+                store.close().await;
+                if keep {
+                    // Not removed: the file outlives the run.
+                    std::mem::forget(file);
+                }
+            }
+        }
+        Ok(keep.then_some(url))
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! The lab's runs end to end, as CI runs them: a short chaos run and the benchmark's
-//! smoke run, against the real Postgres and NATS.
+//! The lab's runs end to end, as CI runs them: short chaos runs (Postgres, SQLite,
+//! durable jobs) and the benchmark's smoke run, against the real Postgres and NATS.
 
 // Test helpers panic on purpose: a failed setup step is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -36,12 +36,12 @@ async fn succeeds(mut command: tokio::process::Command, limit: Duration) -> Stri
     stdout
 }
 
-#[tokio::test]
-async fn a_short_chaos_run_with_durable_jobs_loses_no_job() {
-    let mut chaos = lab(&[
+/// An 8-second chaos run with `options` (30 agents, 3 workers, a kill every ~second),
+/// asserted clean, with workers killed and sessions compacted meanwhile; returns its
+/// stdout.
+async fn short_chaos_run(options: &[&str], limit: Duration) -> String {
+    let mut args = vec![
         "chaos",
-        "--transport",
-        "jetstream",
         "--duration-secs",
         "8",
         "--sessions",
@@ -50,7 +50,10 @@ async fn a_short_chaos_run_with_durable_jobs_loses_no_job() {
         "3",
         "--kill-every-ms",
         "1000",
-    ]);
+    ];
+    args.extend_from_slice(options);
+    let mut chaos = lab(&args);
+    // Only the name's base: the run makes and drops a database of its own.
     chaos
         .env(
             "DATABASE_URL",
@@ -58,11 +61,44 @@ async fn a_short_chaos_run_with_durable_jobs_loses_no_job() {
         )
         .env("NATS_URL", NATS_URL);
 
-    let stdout = succeeds(chaos, Duration::from_secs(180)).await;
+    let stdout = succeeds(chaos, limit).await;
 
+    assert!(
+        stdout.contains(": 0 lost, 0 duplicated, 0 misplaced"),
+        "{stdout}"
+    );
     assert!(stdout.contains("chaos: every invariant held"), "{stdout}");
+    let kills: u32 = stdout
+        .lines()
+        .find_map(|l| l.split_once(" worker kills;").map(|(n, _)| n))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a kill count");
+    assert!(kills >= 3, "{stdout}");
+    assert!(
+        !stdout.contains("checked 30 sessions, 0 messages"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("compacted "), "{stdout}");
+    stdout
+}
+
+#[tokio::test]
+async fn a_short_chaos_run_loses_nothing() {
+    short_chaos_run(&[], Duration::from_secs(120)).await;
+}
+
+/// Three worker processes and 30 agents share one SQLite file while workers are killed.
+#[tokio::test]
+async fn a_short_chaos_run_on_sqlite_loses_nothing() {
+    let stdout = short_chaos_run(&["--database", "sqlite"], Duration::from_secs(120)).await;
+    assert!(stdout.contains(" workers on sqlite,"), "{stdout}");
+}
+
+#[tokio::test]
+async fn a_short_chaos_run_with_durable_jobs_loses_no_job() {
+    let stdout = short_chaos_run(&["--transport", "jetstream"], Duration::from_secs(180)).await;
     // Every job was processed or dead-lettered (the stream is empty), none compacted its
-    // session twice, and workers died while the jobs ran.
+    // session twice.
     let jobs = stdout
         .lines()
         .find(|l| l.starts_with("jobs: "))
@@ -77,55 +113,6 @@ async fn a_short_chaos_run_with_durable_jobs_loses_no_job() {
         .and_then(|(n, _)| n.parse().ok())
         .expect("a published count");
     assert!(published >= 500, "{jobs}");
-    let kills: u32 = stdout
-        .lines()
-        .find_map(|l| l.split_once(" worker kills;").map(|(n, _)| n))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("a kill count");
-    assert!(kills >= 3, "{stdout}");
-    assert!(stdout.contains("compacted "), "{stdout}");
-}
-
-#[tokio::test]
-async fn a_short_chaos_run_loses_nothing() {
-    let mut chaos = lab(&[
-        "chaos",
-        "--duration-secs",
-        "8",
-        "--sessions",
-        "30",
-        "--workers",
-        "3",
-        "--kill-every-ms",
-        "1000",
-    ]);
-    // Only the name's base: the run makes and drops a database of its own.
-    chaos
-        .env(
-            "DATABASE_URL",
-            "postgres://postgres@127.0.0.1:5432/summarizer",
-        )
-        .env("NATS_URL", NATS_URL);
-
-    let stdout = succeeds(chaos, Duration::from_secs(120)).await;
-
-    assert!(
-        stdout.contains(": 0 lost, 0 duplicated, 0 misplaced"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("chaos: every invariant held"));
-    // The run did what it says: workers died and sessions were compacted meanwhile.
-    let kills: u32 = stdout
-        .lines()
-        .find_map(|l| l.split_once(" worker kills;").map(|(n, _)| n))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("a kill count");
-    assert!(kills >= 3, "{stdout}");
-    assert!(
-        !stdout.contains("checked 30 sessions, 0 messages"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("compacted "), "{stdout}");
 }
 
 #[tokio::test]
@@ -145,7 +132,8 @@ async fn the_benchmark_smoke_run_reports_every_figure() {
     // No target is asserted (a smoke run on a shared CI machine measures little), but
     // every figure must be there and be a real measurement.
     let targets = report["targets"].as_array().unwrap();
-    assert_eq!(targets.len(), 11, "{stdout}");
+    // 11 on Postgres, 3 on SQLite.
+    assert_eq!(targets.len(), 14, "{stdout}");
     for target in targets {
         assert!(target["ours"].as_f64().unwrap() > 0.0, "{target}");
         assert!(target["baseline"].as_f64().unwrap() > 0.0, "{target}");
@@ -165,6 +153,16 @@ async fn the_benchmark_smoke_run_reports_every_figure() {
             report["measurements"][series].as_array().unwrap().len(),
             2,
             "{series}"
+        );
+    }
+    for series in ["select", "noop"] {
+        assert_eq!(
+            report["measurements"]["sqlite"][series]
+                .as_array()
+                .unwrap()
+                .len(),
+            2,
+            "sqlite {series}"
         );
     }
 }

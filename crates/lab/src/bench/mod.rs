@@ -8,13 +8,15 @@
 //! path against the Little's-law bound; the worker's own cost per compaction without the
 //! LLM; its cost to compact a 2 MB old part in chunks within the token budget, with an
 //! LLM that answers at once; the turn that crosses the threshold with and without a
-//! pending summary, against a bare commit (`precompute`); and the worker's resident
-//! memory.
+//! pending summary, against a bare commit (`precompute`); the worker's resident
+//! memory; and the no-op and compaction paths on a SQLite file, against SQLite's own
+//! bare primary-key read (`sqlite`).
 
 mod load;
 mod precompute;
 mod report;
 mod seed;
+mod sqlite;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,7 +36,7 @@ use summarizer::llm::chat::{Chat, ChatRequest};
 use summarizer::llm::{LlmError, LlmSummarizer, Summarizer, Summary};
 use summarizer::message::Message;
 use summarizer::outcome::{Outcome, Reason, Status};
-use summarizer::store::PgStore;
+use summarizer::store::{PgStore, SharedStore};
 use summarizer::worker::{Event, Policy, Worker};
 
 pub use load::Measurement;
@@ -68,6 +70,9 @@ pub struct BenchArgs {
     /// Run only the precompute scenario (issue 12).
     #[arg(long, hide = true)]
     pub only_precompute: bool,
+    /// Run only the SQLite scenario (issue 14).
+    #[arg(long, hide = true)]
+    pub only_sqlite: bool,
 }
 
 /// How many operations each figure takes.
@@ -82,6 +87,7 @@ struct Sizes {
     chunked_sessions: usize,
     precompute: precompute::Scale,
     only_precompute: bool,
+    only_sqlite: bool,
 }
 
 impl Sizes {
@@ -101,6 +107,7 @@ impl Sizes {
                     bare_commits: 100,
                 },
                 only_precompute: args.only_precompute,
+                only_sqlite: args.only_sqlite,
             }
         } else {
             Self {
@@ -117,6 +124,7 @@ impl Sizes {
                     bare_commits: 300,
                 },
                 only_precompute: args.only_precompute,
+                only_sqlite: args.only_sqlite,
             }
         }
     }
@@ -185,6 +193,13 @@ async fn measure(
         LLM_LATENCY.as_millis() as u64..LLM_LATENCY.as_millis() as u64,
     )
     .await?;
+    if sizes.only_sqlite {
+        return Ok(Report {
+            sqlite: Some(sqlite::measure(tag, sizes, nats().await?, &llm.url).await?),
+            little_bound: CONCURRENCY as f64 / LLM_LATENCY.as_secs_f64(),
+            ..Report::default()
+        });
+    }
     let subject = format!("summarizer.bench.{tag}.turn.starting");
     let mut worker = spawn_worker(database_url, &subject, tag, &llm.url)?;
     let client = TurnClient::new(nats().await?, subject);
@@ -305,9 +320,11 @@ async fn measure(
     report.rss_peak_mb = rss_kb(pid, "VmHWM")? as f64 / 1024.0;
     worker_process::stop(&mut worker, "TERM").await;
 
+    report.sqlite = Some(sqlite::measure(tag, sizes, nats().await?, &llm.url).await?);
     report.precompute = Some(precompute::measure(db, tag, nats().await?, sizes.precompute).await?);
-    report.worker_cost = Some(worker_cost(store, &seeded.thousand).await?);
-    let (cost, requests) = chunked_cost(store, &seeded.two_mb).await?;
+    let store: SharedStore = Arc::new(store.clone());
+    report.worker_cost = Some(worker_cost(&store, &seeded.thousand).await?);
+    let (cost, requests) = chunked_cost(&store, &seeded.two_mb).await?;
     report.chunked_cost = Some(cost);
     report.chunked_requests = requests;
     report.stats = Some(stats_at_scale(db, sizes.usage_events).await?);
@@ -380,7 +397,7 @@ fn in_process_policy() -> Policy {
 
 /// The worker's own cost per compaction (load, plan, commit) on 1,000-message sessions,
 /// in this process, with a summarizer that answers at once.
-async fn worker_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<Measurement> {
+async fn worker_cost(store: &SharedStore, sessions: &[String]) -> anyhow::Result<Measurement> {
     let worker = Arc::new(Worker::new(
         store.clone(),
         Arc::new(Instant),
@@ -406,7 +423,10 @@ async fn worker_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<Mea
 /// load, plan, render, count and chunk within the default `LLM_MAX_INPUT_TOKENS`, then
 /// commit, with the production `LlmSummarizer` over a provider that answers at once.
 /// Returns it with the average number of requests per compaction.
-async fn chunked_cost(store: &PgStore, sessions: &[String]) -> anyhow::Result<(Measurement, f64)> {
+async fn chunked_cost(
+    store: &SharedStore,
+    sessions: &[String],
+) -> anyhow::Result<(Measurement, f64)> {
     let chat = InstantChat::default();
     let requests = chat.requests.clone();
     let summarizer =

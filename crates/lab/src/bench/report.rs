@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::load::Measurement;
 use super::precompute::PrecomputeFigures;
+use super::sqlite::SqliteFigures;
 
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
@@ -34,6 +35,8 @@ pub struct Report {
     pub usage_events: usize,
     /// Compaction turns with precompute off and at 0.8, and the bare commit.
     pub precompute: Option<PrecomputeFigures>,
+    /// The no-op and compaction paths on a SQLite file, and SQLite's bare read.
+    pub sqlite: Option<SqliteFigures>,
 }
 
 /// One target of the issue, checked.
@@ -177,6 +180,9 @@ impl Report {
                 met: ratio >= 20.0,
             });
         }
+        if let Some(lite) = &self.sqlite {
+            self.sqlite_targets(lite, &mut targets);
+        }
         if self.rss_idle_mb == 0.0 {
             // A partial run (`--only-precompute`) measured no worker memory.
             return targets;
@@ -196,6 +202,45 @@ impl Report {
             "<= 256 MB",
         ));
         targets
+    }
+}
+
+impl Report {
+    /// The Postgres targets, held on SQLite against SQLite's own baseline: the no-op
+    /// path's latency over its parts (NATS and the store's read), compactions against
+    /// the LLM's bound, and the worker's cost per compaction.
+    fn sqlite_targets(&self, lite: &SqliteFigures, targets: &mut Vec<Target>) {
+        let (nats1, select1) = (self.nats_echo.first(), lite.select.first());
+        if let (Some(ours), Some(nats), Some(select)) = (lite.noop.first(), nats1, select1) {
+            let baseline = nats.p50_us + select.p50_us;
+            targets.push(Target {
+                figure: "SQLite: no-op p50, concurrency 1 (vs NATS p50 + SQLite p50)".to_owned(),
+                ours: ours.p50_us,
+                baseline,
+                unit: "us",
+                ratio: ours.p50_us / baseline,
+                target: "<= baseline + 150 us",
+                met: ours.p50_us <= baseline + 150.0,
+            });
+        }
+        let ratio = lite.compactions.throughput / self.little_bound;
+        targets.push(Target {
+            figure: "SQLite: compactions/s, concurrency 64, LLM 200 ms (vs Little's law)"
+                .to_owned(),
+            ours: lite.compactions.throughput,
+            baseline: self.little_bound,
+            unit: "/s",
+            ratio,
+            target: ">= 0.8x",
+            met: ratio >= 0.8,
+        });
+        targets.push(Target::at_most(
+            "SQLite: worker cost per 1,000-message compaction, p50",
+            lite.worker_cost.p50_us / 1000.0,
+            10.0,
+            "ms",
+            "<= 10 ms",
+        ));
     }
 }
 
@@ -255,6 +300,28 @@ impl fmt::Display for Report {
                 100.0 * p.wasted_share(),
                 p.busy
             )?;
+        }
+        if let Some(lite) = &self.sqlite {
+            for m in &lite.select {
+                row(f, "bare SQLite primary-key SELECT", m)?;
+            }
+            for m in &lite.noop {
+                row(f, "SQLite: no-op turn (client, NATS, worker)", m)?;
+            }
+            row(f, "SQLite: compaction turn (LLM 200 ms)", &lite.compactions)?;
+            row(
+                f,
+                "SQLite: worker cost, 1,000-message compaction",
+                &lite.worker_cost,
+            )?;
+            if let (Some(ours), Some(select)) = (lite.noop.get(1), lite.select.get(1)) {
+                writeln!(
+                    f,
+                    "  SQLite: no-op throughput at c=64 is {:.3}x the bare read's \
+                     (a round trip through NATS against an in-process read)",
+                    ours.throughput / select.throughput
+                )?;
+            }
         }
         writeln!(
             f,

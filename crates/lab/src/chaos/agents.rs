@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use sqlx::PgPool;
+use crate::db::AgentDb;
 use summarizer::client::{JobPublisher, TurnClient};
 use summarizer::protocol::Request;
 
@@ -41,7 +41,7 @@ pub enum Asking {
 pub fn start(
     sessions: usize,
     tag: &str,
-    db: PgPool,
+    db: AgentDb,
     asking: Asking,
     timeout: Duration,
     stop: Arc<AtomicBool>,
@@ -74,7 +74,7 @@ impl Agents {
 
 struct Agent {
     session: String,
-    db: PgPool,
+    db: AgentDb,
     asking: Asking,
     timeout: Duration,
 }
@@ -158,18 +158,16 @@ impl Agent {
             ),
         ];
         for (role, content, tool_calls, tool_call_id) in messages {
-            sqlx::query(
-                "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id)
-                 VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(s)
-            .bind(role)
-            .bind(&content)
-            .bind(tool_calls)
-            .bind(tool_call_id)
-            .execute(&self.db)
-            .await
-            .context("an agent's append")?;
+            self.db
+                .append(
+                    s,
+                    role,
+                    &content,
+                    tool_calls.as_ref(),
+                    tool_call_id.as_deref(),
+                )
+                .await
+                .context("an agent's append")?;
             log.appended.push(content);
         }
         Ok(())
@@ -227,7 +225,7 @@ impl fmt::Display for Audit {
 ///
 /// # Errors
 /// When the database cannot be read.
-pub async fn audit(db: &PgPool, ledger: &[AgentLog]) -> anyhow::Result<Audit> {
+pub async fn audit(db: &AgentDb, ledger: &[AgentLog]) -> anyhow::Result<Audit> {
     let mut audit = Audit {
         sessions: ledger.len(),
         appended: 0,
@@ -244,16 +242,7 @@ pub async fn audit(db: &PgPool, ledger: &[AgentLog]) -> anyhow::Result<Audit> {
         for (reason, n) in &log.decisions {
             *audit.decisions.entry(reason.clone()).or_default() += n;
         }
-        let stored: Vec<String> = sqlx::query_scalar(
-            "SELECT coalesce(content, '') FROM (
-                 SELECT seq, content FROM messages WHERE session_id = $1 AND NOT is_summary
-                 UNION ALL
-                 SELECT seq, content FROM archived_messages WHERE session_id = $1 AND NOT is_summary
-             ) AS everything ORDER BY seq",
-        )
-        .bind(&log.session)
-        .fetch_all(db)
-        .await?;
+        let stored = db.everything(&log.session).await?;
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for content in &stored {
             *seen.entry(content.as_str()).or_default() += 1;

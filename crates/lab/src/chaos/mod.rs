@@ -6,6 +6,9 @@
 //! Everything runs on this machine: its own database (dropped afterwards), a private
 //! subject, a fake LLM on 127.0.0.1, and worker processes of this very binary.
 //!
+//! With `--database sqlite` the run's database is a SQLite file that every worker process
+//! and every agent shares, as on one host.
+//!
 //! With `--transport jetstream` the agents publish a durable job per turn instead of
 //! asking, to a stream of the run's own (deleted afterwards); after the kills stop, the
 //! workers run until the stream is empty, which is the proof that every job was processed
@@ -22,7 +25,7 @@ use anyhow::{Context, bail};
 use tokio::process::Child;
 use tokio::time::Instant;
 
-use crate::db::Scratch;
+use crate::db::{AgentDb, AnyScratch};
 use crate::worker_process;
 use summarizer::check;
 use summarizer::client::{JobPublisher, TurnClient};
@@ -54,6 +57,10 @@ pub struct ChaosArgs {
     /// `core`: agents ask with requests; `jetstream`: they publish durable jobs.
     #[arg(long, default_value = "core", value_parser = ["core", "jetstream"])]
     pub transport: String,
+    /// `postgres`: a database beside `DATABASE_URL`'s; `sqlite`: a SQLite file shared by
+    /// every process.
+    #[arg(long, default_value = "postgres", value_parser = ["postgres", "sqlite"])]
+    pub database: String,
 }
 
 /// How long the workers get, after the kills stop, to empty the job stream.
@@ -68,14 +75,15 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         bail!("--workers and --sessions must be positive");
     }
     let tag = format!("{:08x}", fastrand::u32(..));
-    let db = Scratch::create(
+    let db = AnyScratch::create(
         settings.database_url.expose(),
         &format!("summarizer_chaos_{tag}"),
         20,
+        args.database == "sqlite",
     )
     .await
     .context("creating the chaos database")?;
-    let (database_url, store) = (db.url.clone(), db.store.clone());
+    let (database_url, store, agents_db) = (db.url(), db.store(), db.agents());
 
     let llm = crate::fake_llm::start(args.llm_failure_rate, 10..150).await?;
     let subject = format!("summarizer.chaos.{tag}.turn.starting");
@@ -101,9 +109,10 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         .map(|_| worker_process::spawn(&env))
         .collect::<anyhow::Result<_>>()?;
     println!(
-        "chaos {tag}: {} agents, {} workers, LLM failing {:.0}%, a kill every ~{} ms, for {} s",
+        "chaos {tag}: {} agents, {} workers on {}, LLM failing {:.0}%, a kill every ~{} ms, for {} s",
         args.sessions,
         args.workers,
+        args.database,
         args.llm_failure_rate * 100.0,
         args.kill_every_ms,
         args.duration_secs
@@ -131,7 +140,7 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
     let agents = agents::start(
         args.sessions,
         &tag,
-        db.agents.clone(),
+        agents_db.clone(),
         asking,
         timeout,
         stop.clone(),
@@ -159,7 +168,7 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
     stop.store(true, Ordering::Relaxed);
     let ledger = agents.finish().await?;
     let jobs_report = if jobs {
-        Some(drain_jobs(&nats, &stream, &db).await)
+        Some(drain_jobs(&nats, &stream, &agents_db).await)
     } else {
         None
     };
@@ -167,8 +176,8 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         worker_process::stop(worker, "TERM").await;
     }
 
-    let report = check::run(&store).await?;
-    let audit = agents::audit(&db.agents, &ledger).await?;
+    let report = check::run(store.as_ref()).await?;
+    let audit = agents::audit(&agents_db, &ledger).await?;
     let jobs_clean = match &jobs_report {
         Some(Ok(jobs)) => jobs.is_clean(),
         Some(Err(_)) => false,
@@ -192,14 +201,8 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         }
     );
 
-    if args.keep_database {
-        db.close().await;
-        println!(
-            "database kept: {}",
-            summarizer::config::redact_url(&database_url)
-        );
-    } else {
-        db.drop_database().await?;
+    if let Some(url) = db.finish(args.keep_database).await? {
+        println!("database kept: {url}");
     }
     Ok(clean)
 }
@@ -234,7 +237,7 @@ impl std::fmt::Display for JobsReport {
 async fn drain_jobs(
     nats: &async_nats::Client,
     stream: &str,
-    db: &Scratch,
+    db: &AgentDb,
 ) -> anyhow::Result<JobsReport> {
     let jetstream = async_nats::jetstream::new(nats.clone());
     let mut handle = jetstream.get_stream(stream).await?;
@@ -246,18 +249,7 @@ async fn drain_jobs(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let dead_letters: i64 = sqlx::query_scalar("SELECT count(*) FROM dead_letters")
-        .fetch_one(&db.agents)
-        .await?;
-    let compacted_twice: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (
-             SELECT 1 FROM usage_events
-             WHERE metadata @> '{\"summarization\": true}'
-             GROUP BY session_id, metadata ->> 'request_id' HAVING count(*) > 1
-         ) AS twice",
-    )
-    .fetch_one(&db.agents)
-    .await?;
+    let (dead_letters, compacted_twice) = db.dead_letters_and_twice_compacted().await?;
     jetstream.delete_stream(stream).await?;
     Ok(JobsReport {
         published: state.last_sequence,
