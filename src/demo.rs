@@ -5,6 +5,7 @@
 //! It runs on the database `DATABASE_URL` names, or on a temporary SQLite file with
 //! `--database sqlite`, or when Postgres does not answer (it says so): only NATS need run.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -69,7 +70,8 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
     // without end, where the demo should stop and say so.
     let nats = crate::transport::connect_once(&settings, "summarizer-demo-agent").await?;
 
-    let url = database_url(settings.database_url.expose(), args.database, &tag).await?;
+    let (url, _temporary) =
+        database_url(settings.database_url.expose(), args.database, &tag).await?;
     settings.database_url = Secret::new(url.clone());
     let app = Application::build(&settings).await?;
     let store = app.store().clone();
@@ -135,23 +137,42 @@ pub struct Scripted {
     pub tool_call_id: Option<String>,
 }
 
+/// A SQLite file the demo made, removed (with its WAL) when the demo ends.
+struct TemporaryFile(PathBuf);
+
+impl Drop for TemporaryFile {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = self.0.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// The database the demo runs on: `configured` (creating the Postgres database if
 /// missing), or a temporary SQLite file when asked to or when Postgres does not answer.
 async fn database_url(
     configured: &str,
     asked: Option<DemoDatabase>,
     tag: &str,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<(String, Option<TemporaryFile>)> {
     let sqlite = || {
         let path = std::env::temp_dir().join(format!("summarizer-demo-{tag}.db"));
-        println!("using a temporary SQLite file: {}", path.display());
-        format!("sqlite://{}", path.display())
+        println!(
+            "using a temporary SQLite file: {} (removed at the end)",
+            path.display()
+        );
+        (
+            format!("sqlite://{}", path.display()),
+            Some(TemporaryFile(path)),
+        )
     };
     if asked == Some(DemoDatabase::Sqlite) {
         return Ok(sqlite());
     }
     if Backend::of(configured) == Backend::Sqlite {
-        return Ok(configured.to_owned());
+        return Ok((configured.to_owned(), None));
     }
     let created = tokio::time::timeout(
         POSTGRES_PATIENCE,
@@ -163,7 +184,7 @@ async fn database_url(
             if created {
                 println!("created the database");
             }
-            Ok(configured.to_owned())
+            Ok((configured.to_owned(), None))
         }
         _ if asked == Some(DemoDatabase::Postgres) => {
             bail!("Postgres at {} did not answer", redact_url(configured))
@@ -192,7 +213,9 @@ impl Agent {
     fn connect(url: &str) -> anyhow::Result<Self> {
         Ok(match Backend::of(url) {
             Backend::Postgres => Self::Postgres(PgPool::connect_lazy(url).context("DATABASE_URL")?),
-            Backend::Sqlite => Self::Sqlite(SqlitePool::connect_lazy(url).context("DATABASE_URL")?),
+            Backend::Sqlite => Self::Sqlite(SqlitePool::connect_lazy_with(
+                crate::store::sqlite::connect_options(url).context("DATABASE_URL")?,
+            )),
         })
     }
 }

@@ -21,8 +21,13 @@
 -- - a cast of a JSON figure that is not a number (`"abc"::bigint`) fails the statement
 --   in Postgres; CAST(... AS INTEGER) reads it as 0.
 --
--- Recursive triggers stay off (SQLite's default, which sqlx keeps), and no trigger here
--- fires on the column it writes anyway, so none of them loops.
+-- No trigger here fires on the column it writes, so none of them loops, with recursive
+-- triggers on or off. Every connection of this project turns them on
+-- (`PRAGMA recursive_triggers = ON`): only then does SQLite fire the delete trigger for
+-- a row that INSERT OR REPLACE (or REPLACE, or UPDATE OR REPLACE) removes, and without
+-- it such a write would leave the session's counters counting the removed row.
+-- Agents that replace rows must turn them on too; `summarizer check` finds the drift
+-- and `summarizer repair` fixes it.
 
 -- Messages: the public table agents append to and read with plain SQL.
 CREATE TABLE messages (
@@ -33,9 +38,15 @@ CREATE TABLE messages (
     -- session holds is refused.
     seq          INTEGER PRIMARY KEY AUTOINCREMENT,
     session_id   TEXT    NOT NULL
-                 CHECK (session_id <> '' AND length(CAST(session_id AS BLOB)) <= 256),
+                 CHECK (typeof(session_id) = 'text' AND session_id <> ''
+                        AND length(CAST(session_id AS BLOB)) <= 256),
     role         TEXT    NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
-    content      TEXT,
+    -- Text only, without NUL: length() stops at a NUL, so a message starting with one
+    -- would count no chars and never be compacted, and a BLOB would count bytes and not
+    -- decode as text. Postgres refuses both at insert too.
+    content      TEXT
+                 CHECK (content IS NULL OR (typeof(content) = 'text'
+                                            AND instr(CAST(content AS BLOB), x'00') = 0)),
     -- JSON text. Named as in Postgres, so an agent's error names the expected shape.
     -- There is no NOT VALID here: every row ever written is checked.
     tool_calls   TEXT
@@ -43,7 +54,7 @@ CREATE TABLE messages (
                      tool_calls IS NULL
                      OR (json_valid(tool_calls) AND json_type(tool_calls) IN ('array', 'null'))
                  ),
-    tool_call_id TEXT,
+    tool_call_id TEXT    CHECK (tool_call_id IS NULL OR typeof(tool_call_id) = 'text'),
     is_summary   INTEGER NOT NULL DEFAULT 0 CHECK (is_summary IN (0, 1)),
     -- The one definition of "chars": length() counts characters of TEXT, as char_length
     -- does. tool_calls counts as stored: Postgres counts jsonb's own rendering of it
@@ -74,10 +85,12 @@ CREATE TABLE sessions (
     human_turns        INTEGER NOT NULL DEFAULT 0,
     lease_owner        TEXT,
     -- Unix milliseconds, not timestamps: the worker compares them with its own clock
-    -- (every process sharing the file shares the host's).
-    lease_expires_at   INTEGER,
+    -- (every process sharing the file shares the host's). Integers only: SQLite sorts
+    -- any text above any number, so a `datetime('now')` written here by hand would hold
+    -- the lease, or the backoff, for ever.
+    lease_expires_at   INTEGER CHECK (typeof(lease_expires_at) IN ('integer', 'null')),
     failures           INTEGER NOT NULL DEFAULT 0,
-    retry_at           INTEGER,
+    retry_at           INTEGER CHECK (typeof(retry_at) IN ('integer', 'null')),
     skip_reason        TEXT,
     skip_at_chars      INTEGER,
     skip_at_count      INTEGER,

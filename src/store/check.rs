@@ -32,7 +32,7 @@ pub enum Invariant {
     UsageEventMismatch,
     /// A history holds a summary but its session has no compaction.
     SummaryWithoutCompaction,
-    /// A session's counters differ from its messages ([`PgStore::counter_drift`]).
+    /// A session's counters differ from its messages (`Store::counter_drift`).
     CountersDrift,
 }
 

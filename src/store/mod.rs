@@ -230,7 +230,7 @@ pub struct NewSummary<'a> {
     pub duration_ms: i64,
 }
 
-/// A compaction written by [`PgStore::commit`].
+/// A compaction written by [`Store::commit`](crate::store::Store::commit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Committed {
     /// The usage event's id, which is also the archive's `compaction_id`.
@@ -650,12 +650,19 @@ impl PgStore {
     }
 }
 
-/// Whether `error` means the database could not be reached (worth waiting for), as
-/// opposed to a statement that failed.
+/// Whether `error` means the database could not be reached, or a SQLite file stayed
+/// locked (worth waiting for), as opposed to a statement that failed.
 pub fn is_unreachable(error: &sqlx::Error) -> bool {
     match error {
         // A connection dropped during the handshake reads as a protocol error.
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_) => true,
+        // SQLite: the file stayed locked (SQLITE_BUSY, SQLITE_LOCKED and their extended
+        // codes) past the busy timeout.
+        sqlx::Error::Database(e) if e.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() => {
+            e.code()
+                .and_then(|code| code.parse::<i32>().ok())
+                .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+        }
         // cannot_connect_now (starting up or shutting down), and connection exceptions.
         sqlx::Error::Database(e) => e
             .code()

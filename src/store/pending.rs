@@ -231,7 +231,7 @@ impl PgStore {
     }
 }
 
-/// What [`PgStore::save_pending`] did.
+/// What [`Store::save_pending`](crate::store::Store::save_pending) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Saved {
     /// Written: the lease was still ours.

@@ -220,3 +220,29 @@ async fn a_storm_of_duplicate_requests_compacts_each_session_once() {
     assert!(report.is_clean(), "{report}");
     app.stop().await;
 }
+
+/// A whole fleet started at once on a new database: every worker migrates it or finds it
+/// migrated, and serves. Found by a review on SQLite, whose migrations sqlx runs without
+/// a lock: all workers but the first failed on tables that existed (Postgres's migrator
+/// holds an advisory lock).
+#[tokio::test]
+async fn workers_started_at_once_on_a_new_database_all_serve() {
+    let database_url = crate::helpers::fresh_database().await;
+    let env = crate::helpers::test_env(
+        &database_url,
+        &crate::helpers::unique_subject(),
+        "http://127.0.0.1:9",
+    );
+    let mut workers: Vec<WorkerProcess> = (0..4).map(|_| WorkerProcess::spawn(&env)).collect();
+
+    for worker in &workers {
+        worker.wait_for_log("worker ready").await;
+    }
+    for worker in &mut workers {
+        assert!(
+            worker.child.try_wait().unwrap().is_none(),
+            "a worker exited: {}",
+            worker.logs()
+        );
+    }
+}

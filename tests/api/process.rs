@@ -192,6 +192,66 @@ async fn the_demo_runs_end_to_end_and_exits_zero() {
     assert!(stdout.contains("demo done"));
 }
 
+/// A Postgres URL where nothing listens: a free port, closed again.
+fn dead_postgres_url() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("postgres://postgres:pw@127.0.0.1:{port}/summarizer")
+}
+
+/// Only NATS need run: `--database sqlite` ignores DATABASE_URL, and without the flag a
+/// Postgres that does not answer is replaced by a temporary SQLite file, said so.
+#[tokio::test]
+async fn the_demo_runs_on_sqlite_without_postgres() {
+    for args in [&["demo", "--database", "sqlite"][..], &["demo"][..]] {
+        let mut demo = summarizer(args);
+        demo.env("DATABASE_URL", dead_postgres_url())
+            .env("NATS_URL", NATS_URL);
+
+        let stdout = succeeds(demo, Duration::from_secs(90)).await;
+
+        let file = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("using a temporary SQLite file: "))
+            .and_then(|l| l.strip_suffix(" (removed at the end)"))
+            .unwrap_or_else(|| panic!("no temporary file named in {stdout}"));
+        assert!(
+            !std::path::Path::new(file).exists(),
+            "{file} was left behind"
+        );
+        assert_eq!(
+            stdout.contains("did not answer"),
+            args.len() == 1,
+            "only the fallback says Postgres did not answer: {stdout}"
+        );
+        assert!(!stdout.contains(":pw@"), "{stdout}");
+        assert!(stdout.contains("total_summarizations"), "{stdout}");
+        assert!(stdout.contains("demo done"), "{stdout}");
+    }
+}
+
+/// `--database postgres` does not fall back: it stops and names the unreachable server.
+#[tokio::test]
+async fn the_demo_on_postgres_stops_when_postgres_does_not_answer() {
+    let mut demo = summarizer(&["demo", "--database", "postgres"]);
+    demo.env("DATABASE_URL", dead_postgres_url())
+        .env("NATS_URL", NATS_URL);
+
+    let output = tokio::time::timeout(Duration::from_secs(30), demo.output())
+        .await
+        .expect("stops by itself")
+        .unwrap();
+
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("did not answer"), "{stderr}");
+    assert!(!stderr.contains(":pw@"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("SQLite"));
+}
+
 /// A worker process in text mode on a fresh test database, answering once it is ready.
 async fn text_logging_worker(app: &crate::helpers::TestApp) -> WorkerProcess {
     let worker = WorkerProcess::spawn(&app.env(&[("HTTP_ADDR", ""), ("LOG_FORMAT", "text")]));

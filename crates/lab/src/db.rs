@@ -12,7 +12,6 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgPool, SqlitePool};
 use summarizer::store::{PgStore, SharedStore, SqliteStore};
 
@@ -100,19 +99,15 @@ impl ScratchFile {
         format!("sqlite://{}", self.0.display())
     }
 
-    /// A pool for the agents: plain connections with a busy timeout, as an agent on the
-    /// same host would open the file.
+    /// A pool for the agents: plain connections with the busy timeout and the recursive
+    /// triggers the worker's have, as an agent on the same host should open the file.
     ///
     /// # Errors
     /// When the file cannot be opened.
     pub async fn agents(&self, size: u32) -> anyhow::Result<SqlitePool> {
         Ok(sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(size)
-            .connect_with(
-                SqliteConnectOptions::new()
-                    .filename(&self.0)
-                    .busy_timeout(Duration::from_secs(30)),
-            )
+            .connect_with(summarizer::store::sqlite::connect_options(&self.url())?)
             .await?)
     }
 }

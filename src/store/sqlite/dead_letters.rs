@@ -37,7 +37,7 @@ impl SqliteStore {
     /// # Errors
     /// When the file cannot be written; the caller must then leave the job in the stream.
     pub async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError> {
-        let _turn = self.write_turn().await;
+        let _turn = self.write_turn().await?;
         let id = sqlx::query_scalar(
             "INSERT INTO dead_letters
                  (session_id, subject, msg_id, payload, last_error, deliveries, job_key)
@@ -95,7 +95,7 @@ impl SqliteStore {
     /// # Errors
     /// When the file cannot be written.
     pub async fn mark_replayed(&self, id: i64) -> Result<bool, StoreError> {
-        let _turn = self.write_turn().await;
+        let _turn = self.write_turn().await?;
         let marked = sqlx::query(
             "UPDATE dead_letters SET replayed_at = strftime(?2, 'now')
              WHERE id = ?1 AND replayed_at IS NULL",
@@ -113,7 +113,7 @@ impl SqliteStore {
     /// # Errors
     /// When the file cannot be written.
     pub async fn unmark_replayed(&self, id: i64) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
+        let _turn = self.write_turn().await?;
         sqlx::query("UPDATE dead_letters SET replayed_at = NULL WHERE id = ?1")
             .bind(id)
             .execute(self.pool())
@@ -127,7 +127,7 @@ impl SqliteStore {
     /// # Errors
     /// When the file cannot be written.
     pub async fn purge_dead_letters(&self, all: bool) -> Result<u64, StoreError> {
-        let _turn = self.write_turn().await;
+        let _turn = self.write_turn().await?;
         let deleted = sqlx::query("DELETE FROM dead_letters WHERE ?1 OR replayed_at IS NOT NULL")
             .bind(all)
             .execute(self.pool())

@@ -44,9 +44,11 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// A lazily connecting pool over the file `url` names (created if missing), in WAL
-    /// mode with a busy timeout. `sqlite::memory:` is one private in-memory database,
-    /// held by a single connection for the pool's life.
+    /// A lazily connecting pool over the file `url` names (created if missing, which is
+    /// logged with its absolute path: a mistyped path would otherwise serve an empty
+    /// database in silence), in WAL mode with a busy timeout and recursive triggers on
+    /// (see the migration). `sqlite::memory:` is one private in-memory database, held by
+    /// a single connection for the pool's life.
     ///
     /// # Errors
     /// When `url` is not a valid SQLite URL.
@@ -55,13 +57,17 @@ impl SqliteStore {
         max_connections: u32,
         acquire_timeout: Duration,
     ) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)?
+        let options = connect_options(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(false);
         let memory = is_memory(url);
+        let file = options.get_filename();
+        if !memory && !file.exists() {
+            let path = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
+            tracing::info!(path = %path.display(), "the SQLite file does not exist: creating it");
+        }
         let pool = SqlitePoolOptions::new()
             // Each connection to `:memory:` is a database of its own: one connection,
             // kept for the pool's life, is the only way they all see the same one.
@@ -92,24 +98,66 @@ impl SqliteStore {
 
     /// Applies the migrations in `migrations/sqlite/`.
     ///
+    /// sqlx takes no lock around SQLite migrations (its Postgres migrator holds an
+    /// advisory lock): processes started at once on a new file each find nothing
+    /// applied, and all but the first then fail on tables that exist. A failed run is
+    /// tried again, a few times, after a pause: by then the first process has applied the
+    /// migrations and a run finds nothing left to do. A migration that really fails fails
+    /// every time and is reported after the last attempt.
+    ///
     /// # Errors
     /// When the file cannot be opened or a migration fails.
     pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        sqlx::migrate!("./migrations/sqlite").run(&self.pool).await
+        let mut attempts = 1;
+        loop {
+            match sqlx::migrate!("./migrations/sqlite").run(&self.pool).await {
+                Err(e) if attempts < MIGRATION_ATTEMPTS => {
+                    tracing::debug!(error = %e, "migrating the SQLite file; trying again");
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(100 * fastrand::u64(1..=5))).await;
+                }
+                done => return done,
+            }
+        }
     }
 
     /// This process's turn to write: hold it over a statement or transaction that writes.
-    async fn write_turn(&self) -> OwnedMutexGuard<()> {
-        self.writes.clone().lock_owned().await
+    /// Waits at most [`BUSY_TIMEOUT`], as SQLite waits for another process's lock: when
+    /// another process (an agent's open transaction) holds the file, the writers queued
+    /// here fail after that long, not one busy timeout after another.
+    async fn write_turn(&self) -> Result<OwnedMutexGuard<()>, sqlx::Error> {
+        tokio::time::timeout(BUSY_TIMEOUT, self.writes.clone().lock_owned())
+            .await
+            .map_err(|_| {
+                sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the SQLite file stayed locked: no turn to write within the busy timeout",
+                ))
+            })
     }
 
     /// Begins a transaction that holds this process's write turn and the file's write
     /// lock from its first statement.
     async fn begin_write(&self) -> Result<WriteTx, sqlx::Error> {
-        let turn = self.write_turn().await;
+        let turn = self.write_turn().await?;
         let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         Ok(WriteTx { tx, _turn: turn })
     }
+}
+
+/// How many times [`SqliteStore::migrate`] runs the migrations before it gives up.
+const MIGRATION_ATTEMPTS: u32 = 5;
+
+/// `url`'s options with what every connection of this project to a SQLite file sets: the
+/// busy timeout, and recursive triggers on, without which SQLite fires no delete trigger
+/// for a row that INSERT OR REPLACE removes and the session's counters would drift.
+///
+/// # Errors
+/// When `url` is not a valid SQLite URL.
+pub fn connect_options(url: &str) -> Result<SqliteConnectOptions, sqlx::Error> {
+    Ok(SqliteConnectOptions::from_str(url)?
+        .busy_timeout(BUSY_TIMEOUT)
+        .pragma("recursive_triggers", "ON"))
 }
 
 /// A writing transaction ([`SqliteStore::begin_write`]): a connection (`&mut *tx`) that
@@ -140,7 +188,7 @@ impl std::ops::DerefMut for WriteTx {
 }
 
 /// Whether `url` names an in-memory database.
-pub fn is_memory(url: &str) -> bool {
+fn is_memory(url: &str) -> bool {
     url.starts_with("sqlite::memory:") || url.contains("mode=memory")
 }
 
@@ -171,10 +219,20 @@ macro_rules! select_counters_sql {
     };
 }
 
-/// The session's lease is free: no owner, or its expiry has passed (`?3` is now).
+/// The session's lease is free: no owner, or its expiry has passed; `$now` is the
+/// placeholder of now, in unix milliseconds.
 macro_rules! lease_free_sql {
+    ($now:literal) => {
+        concat!("(lease_owner IS NULL OR lease_expires_at <= ", $now, ")")
+    };
+}
+
+/// Counts a failure of the reason `?1` for today (UTC) in the rollup.
+macro_rules! count_failure_sql {
     () => {
-        "(lease_owner IS NULL OR lease_expires_at <= ?3)"
+        "INSERT INTO failure_daily (day, reason, failures)
+         VALUES (date('now'), ?1, 1)
+         ON CONFLICT (day, reason) DO UPDATE SET failures = failures + 1"
     };
 }
 
@@ -185,6 +243,8 @@ mod pending;
 mod restore;
 mod settings;
 mod stats;
+#[cfg(test)]
+mod tests;
 
 impl SqliteStore {
     /// One round trip, for readiness probes.
@@ -250,11 +310,11 @@ impl SqliteStore {
         owner: &str,
         duration: Duration,
     ) -> Result<Option<Loaded>, StoreError> {
-        let turn = self.write_turn().await;
+        let turn = self.write_turn().await?;
         let taken = sqlx::query(concat!(
             "UPDATE sessions SET lease_owner = ?2, lease_expires_at = ?3 + ?4
              WHERE session_id = ?1 AND ",
-            lease_free_sql!()
+            lease_free_sql!("?3")
         ))
         .bind(session_id)
         .bind(owner)
@@ -264,7 +324,18 @@ impl SqliteStore {
         .await?
         .rows_affected();
         drop(turn);
-        if taken == 0 {
+        self.load_if_leased(taken > 0, session_id, owner).await
+    }
+
+    /// After a statement that took the session's lease for `owner` (`leased`) or not:
+    /// the history, or `None`. A failed load gives the lease back.
+    async fn load_if_leased(
+        &self,
+        leased: bool,
+        session_id: &str,
+        owner: &str,
+    ) -> Result<Option<Loaded>, StoreError> {
+        if !leased {
             return Ok(None);
         }
         match self.load(session_id).await {
@@ -303,7 +374,7 @@ impl SqliteStore {
     /// # Errors
     /// When the database fails; the lease then runs out by itself.
     pub async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
+        let _turn = self.write_turn().await?;
         sqlx::query(
             "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
              WHERE session_id = ?1 AND lease_owner = ?2",
@@ -331,7 +402,7 @@ impl SqliteStore {
         if !rememberable(reason) {
             return self.release_lease(session_id, owner).await;
         }
-        let _turn = self.write_turn().await;
+        let _turn = self.write_turn().await?;
         sqlx::query(
             "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
                  skip_reason = ?3, skip_at_chars = ?4, skip_at_count = ?5, skip_at_keep = ?6
@@ -362,13 +433,10 @@ impl SqliteStore {
         max: Duration,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO failure_daily (day, reason, failures)
-             VALUES (strftime('%Y-%m-%d', 'now'), 'llm_error', 1)
-             ON CONFLICT (day, reason) DO UPDATE SET failures = failures + 1",
-        )
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query(count_failure_sql!())
+            .bind("llm_error")
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(
             "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
                  failures = failures + (failures < 2147483647),
@@ -424,9 +492,11 @@ impl SqliteStore {
         // Dropping the transaction rolls it back.
         let first_seq = match prefix.seqs.first() {
             Some(&first)
-                if prefix.seqs == summary.removed_seqs
-                    && prefix.chars == summary.removed_chars
-                    && prefix.versions == summary.removed_fingerprints =>
+                if prefix.is(
+                    summary.removed_seqs,
+                    summary.removed_chars,
+                    summary.removed_fingerprints,
+                ) =>
             {
                 first
             }
@@ -487,6 +557,11 @@ impl Prefix {
             prefix.versions.push(row.try_get("version")?);
         }
         Ok(prefix)
+    }
+
+    /// Exactly the planned prefix: the same rows, of the same sizes, in the same versions.
+    fn is(&self, seqs: &[i64], chars: &[i64], versions: &[String]) -> bool {
+        self.seqs == seqs && self.chars == chars && self.versions == versions
     }
 }
 

@@ -2,7 +2,6 @@
 //! write transaction here (SQLite has no stored procedures, and the transaction runs in
 //! this process anyway, so it costs no round trips).
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -28,11 +27,11 @@ impl SqliteStore {
         (limits, model): (Limits, Option<&str>),
         ttl: Duration,
     ) -> Result<Option<Loaded>, StoreError> {
-        let turn = self.write_turn().await;
+        let turn = self.write_turn().await?;
         let taken = sqlx::query(concat!(
             "UPDATE sessions SET lease_owner = ?2, lease_expires_at = ?3 + ?4
              WHERE session_id = ?1 AND ",
-            lease_free_sql!(),
+            lease_free_sql!("?3"),
             " AND NOT EXISTS (
                  SELECT 1 FROM pending_summaries p
                  WHERE p.session_id = ?1 AND p.created_at > ?3 - ?5
@@ -51,16 +50,7 @@ impl SqliteStore {
         .await?
         .rows_affected();
         drop(turn);
-        if taken == 0 {
-            return Ok(None);
-        }
-        match self.load(session_id).await {
-            Ok(loaded) => Ok(Some(loaded)),
-            Err(e) => {
-                let _ = self.release_lease(session_id, owner).await;
-                Err(e)
-            }
-        }
+        self.load_if_leased(taken > 0, session_id, owner).await
     }
 
     /// Stores `pending` as the session's pending summary and gives the lease back, fenced
@@ -170,7 +160,6 @@ impl SqliteStore {
         (limits, model): (Limits, Option<&str>),
         ttl: Duration,
     ) -> Result<Applied, StoreError> {
-        let started = Instant::now();
         // The common case with precompute on and nothing prepared: no write lock taken.
         let any: Option<i64> =
             sqlx::query_scalar("SELECT 1 FROM pending_summaries WHERE session_id = ?1")
@@ -180,12 +169,14 @@ impl SqliteStore {
         if any.is_none() {
             return Ok(Applied::None);
         }
-        let now = now_ms();
         let mut tx = self.begin_write().await?;
-        let session = sqlx::query(
-            "SELECT message_count, total_chars FROM sessions
-             WHERE session_id = ?1 AND (lease_owner IS NULL OR lease_expires_at <= ?2)",
-        )
+        // The commit's own time, as Postgres's statement measures it: from the lock on.
+        let started = Instant::now();
+        let now = now_ms();
+        let session = sqlx::query(concat!(
+            "SELECT message_count, total_chars FROM sessions WHERE session_id = ?1 AND ",
+            lease_free_sql!("?2")
+        ))
         .bind(session_id)
         .bind(now)
         .fetch_optional(&mut *tx)
@@ -228,10 +219,7 @@ impl SqliteStore {
             Some(Discard::SettingsChanged)
         } else {
             let prefix = Prefix::read(&mut tx, session_id, cut_seq).await?;
-            if prefix.seqs != removed_seqs
-                || prefix.chars != removed_chars
-                || prefix.versions != removed_versions
-            {
+            if !prefix.is(&removed_seqs, &removed_chars, &removed_versions) {
                 Some(Discard::PrefixChanged)
             } else if session_chars - chars_removed + summary_chars > limits.threshold_chars {
                 Some(Discard::Outgrown)
@@ -318,13 +306,20 @@ fn parse<T: serde::de::DeserializeOwned>(
     serde_json::from_str(&text).map_err(|e| sqlx::Error::Decode(e.into()))
 }
 
-/// A digest of the planned prefix, kept for operators comparing rows (Postgres stores an
-/// md5 there); nothing decides on it.
+/// A digest of the planned prefix, kept for operators comparing rows; nothing decides on
+/// it. FNV-1a (64 bits) over the text Postgres hashes with md5 (`seqs/versions`, comma
+/// separated): fixed, unlike std's hasher, whose algorithm may change between releases.
 fn prefix_hash(seqs: &[i64], versions: &[String]) -> String {
-    let mut hasher = DefaultHasher::new();
-    seqs.hash(&mut hasher);
-    versions.hash(&mut hasher);
-    format!("{:016x}", hasher.finish())
+    let join = |items: Vec<String>| items.join(",");
+    let text = format!(
+        "{}/{}",
+        join(seqs.iter().map(i64::to_string).collect()),
+        join(versions.to_vec())
+    );
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{hash:016x}")
 }
 
 /// `value` as JSON text, for a JSON column.

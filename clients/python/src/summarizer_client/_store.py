@@ -288,6 +288,9 @@ def _connect(uri: str, timeout: float) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode = WAL")
         # As the worker's connections: in WAL mode, durable across a crash of a process.
         conn.execute("PRAGMA synchronous = NORMAL")
+        # As the worker's connections: SQLite fires the delete trigger that keeps the
+        # session's counters for a row a REPLACE removes only with recursive triggers on.
+        conn.execute("PRAGMA recursive_triggers = ON")
         conn.execute(_SQLITE_PROBE)
         conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
     except BaseException:
