@@ -320,7 +320,6 @@ async fn measure(
     report.rss_peak_mb = rss_kb(pid, "VmHWM")? as f64 / 1024.0;
     worker_process::stop(&mut worker, "TERM").await;
 
-    report.sqlite = Some(sqlite::measure(tag, sizes, nats().await?, &llm.url).await?);
     report.precompute = Some(precompute::measure(db, tag, nats().await?, sizes.precompute).await?);
     let store: SharedStore = Arc::new(store.clone());
     report.worker_cost = Some(worker_cost(&store, &seeded.thousand).await?);
@@ -329,6 +328,8 @@ async fn measure(
     report.chunked_requests = requests;
     report.stats = Some(stats_at_scale(db, sizes.usage_events).await?);
     report.usage_events = sizes.usage_events;
+    // Last, so the Postgres figures are taken as they were before it existed.
+    report.sqlite = Some(sqlite::measure(tag, sizes, nats().await?, &llm.url).await?);
     echo.kill().await?;
     Ok(report)
 }
