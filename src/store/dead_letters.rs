@@ -2,7 +2,6 @@
 //! for `summarizer dead-letters list|replay|purge`.
 
 use serde::Serialize;
-use sqlx::Row;
 
 use super::{PgStore, StoreError};
 
@@ -20,7 +19,7 @@ pub struct NewDeadLetter<'a> {
 }
 
 /// A dead letter as `summarizer dead-letters list` shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, sqlx::FromRow)]
 pub struct DeadLetter {
     pub id: i64,
     pub session_id: Option<String>,
@@ -87,7 +86,7 @@ impl PgStore {
     /// # Errors
     /// When the database is unreachable.
     pub async fn dead_letters(&self, all: bool) -> Result<Vec<DeadLetter>, StoreError> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as(
             "SELECT id, session_id, subject, msg_id, payload, last_error,
                     deliveries::bigint AS deliveries,
                     to_char(created_at AT TIME ZONE 'UTC',
@@ -99,22 +98,7 @@ impl PgStore {
         .bind(all)
         .fetch_all(self.pool())
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(DeadLetter {
-                    id: r.try_get("id")?,
-                    session_id: r.try_get("session_id")?,
-                    subject: r.try_get("subject")?,
-                    msg_id: r.try_get("msg_id")?,
-                    payload: r.try_get("payload")?,
-                    last_error: r.try_get("last_error")?,
-                    deliveries: r.try_get("deliveries")?,
-                    created_at: r.try_get("created_at")?,
-                    replayed_at: r.try_get("replayed_at")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
+        Ok(rows)
     }
 
     /// Marks a dead letter replayed, unless it was already: `false` then, and the

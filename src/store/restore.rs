@@ -52,7 +52,7 @@ pub struct SessionView {
     pub compactions: Vec<CompactionView>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
 pub struct CompactionView {
     pub id: i64,
     pub at: String,
@@ -92,7 +92,7 @@ impl PgStore {
         else {
             return Ok(None);
         };
-        let compactions = sqlx::query(
+        let compactions = sqlx::query_as(
             "SELECT id, to_char(created_at AT TIME ZONE 'UTC', $2) AS at, model,
                     coalesce((metadata ->> 'messages_removed')::bigint, 0) AS messages_removed,
                     coalesce((metadata ->> 'chars_removed')::bigint, 0) AS chars_removed,
@@ -105,19 +105,7 @@ impl PgStore {
         .bind(RFC3339)
         .bind(limit)
         .fetch_all(self.pool())
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(CompactionView {
-                id: r.try_get("id")?,
-                at: r.try_get("at")?,
-                model: r.try_get("model")?,
-                messages_removed: r.try_get("messages_removed")?,
-                chars_removed: r.try_get("chars_removed")?,
-                restored: r.try_get("restored")?,
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()?;
+        .await?;
         Ok(Some(SessionView {
             session_id: session_id.to_owned(),
             total_chars: row.try_get("total_chars")?,

@@ -1,8 +1,6 @@
 //! Dead letters on SQLite, kept for `summarizer dead-letters list|replay|purge` as
 //! `store::dead_letters` keeps them on Postgres.
 
-use sqlx::Row;
-
 use super::{RFC3339, SqliteStore};
 use crate::store::{DeadLetter, NewDeadLetter, StoreError};
 
@@ -61,7 +59,7 @@ impl SqliteStore {
     /// # Errors
     /// When the file cannot be read.
     pub async fn dead_letters(&self, all: bool) -> Result<Vec<DeadLetter>, StoreError> {
-        let rows = sqlx::query(
+        let rows = sqlx::query_as(
             "SELECT id, session_id, subject, msg_id, payload, last_error, deliveries,
                     coalesce(strftime(?2, created_at), created_at) AS created_at,
                     coalesce(strftime(?2, replayed_at), replayed_at) AS replayed_at
@@ -71,22 +69,7 @@ impl SqliteStore {
         .bind(RFC3339)
         .fetch_all(self.pool())
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(DeadLetter {
-                    id: r.try_get("id")?,
-                    session_id: r.try_get("session_id")?,
-                    subject: r.try_get("subject")?,
-                    msg_id: r.try_get("msg_id")?,
-                    payload: r.try_get("payload")?,
-                    last_error: r.try_get("last_error")?,
-                    deliveries: r.try_get("deliveries")?,
-                    created_at: r.try_get("created_at")?,
-                    replayed_at: r.try_get("replayed_at")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
+        Ok(rows)
     }
 
     /// Marks a dead letter replayed, unless it was already: `false` then, and the

@@ -6,7 +6,7 @@ use std::time::Duration;
 use sqlx::Row;
 
 use super::{RFC3339, SqliteStore, now_ms, settings::settings_from};
-use crate::store::{CompactionView, Pruned, RestoreError, Restored, SessionView, StoreError};
+use crate::store::{Pruned, RestoreError, Restored, SessionView, StoreError};
 
 /// An archived row archived before the cutoff `?1`, in unix milliseconds (2440587.5 is
 /// the julian day of the unix epoch). julianday() reads any form of timestamp SQLite
@@ -46,7 +46,7 @@ impl SqliteStore {
         else {
             return Ok(None);
         };
-        let compactions = sqlx::query(
+        let compactions = sqlx::query_as(
             "SELECT id, coalesce(strftime(?2, created_at), created_at) AS at, model,
                     coalesce(CAST(json_extract(metadata, '$.messages_removed') AS INTEGER), 0)
                         AS messages_removed,
@@ -61,19 +61,7 @@ impl SqliteStore {
         .bind(RFC3339)
         .bind(limit)
         .fetch_all(self.pool())
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(CompactionView {
-                id: r.try_get("id")?,
-                at: r.try_get("at")?,
-                model: r.try_get("model")?,
-                messages_removed: r.try_get("messages_removed")?,
-                chars_removed: r.try_get("chars_removed")?,
-                restored: r.try_get("restored")?,
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()?;
+        .await?;
         Ok(Some(SessionView {
             session_id: session_id.to_owned(),
             total_chars: row.try_get("total_chars")?,
