@@ -142,11 +142,7 @@ struct TemporaryFile(PathBuf);
 
 impl Drop for TemporaryFile {
     fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut path = self.0.clone().into_os_string();
-            path.push(suffix);
-            let _ = std::fs::remove_file(path);
-        }
+        crate::store::sqlite::remove_files(&self.0);
     }
 }
 

@@ -114,11 +114,7 @@ impl ScratchFile {
 
 impl Drop for ScratchFile {
     fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut path = self.0.clone().into_os_string();
-            path.push(suffix);
-            let _ = std::fs::remove_file(path);
-        }
+        summarizer::store::sqlite::remove_files(&self.0);
     }
 }
 

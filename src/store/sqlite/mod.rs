@@ -187,6 +187,16 @@ impl std::ops::DerefMut for WriteTx {
     }
 }
 
+/// Removes the SQLite database at `path` with its WAL and shared-memory files, those that
+/// exist: for the files the demo and the lab make and throw away.
+pub fn remove_files(path: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let _ = std::fs::remove_file(file);
+    }
+}
+
 /// Whether `url` names an in-memory database.
 fn is_memory(url: &str) -> bool {
     url.starts_with("sqlite::memory:") || url.contains("mode=memory")

@@ -604,3 +604,42 @@ async fn text_that_would_count_wrong_and_text_instants_are_refused() {
     assert!(bytes.is_err());
     assert_eq!(counts(&store, "s").await, counted(5, 1, 1));
 }
+
+/// The duration histogram's buckets come from a lookup table (no math functions in the
+/// bundled SQLite): the rollup trigger must put every duration where Postgres's
+/// `duration_bucket` does, `least(60, floor(2 log2(greatest(ms, 1))) + 1)`, including at
+/// the powers of two, where a table of rounded bounds would be off by one.
+#[tokio::test]
+async fn the_duration_buckets_are_postgres_s() {
+    let store = store().await;
+    let mut durations: Vec<i64> = (-3..=20_000).collect();
+    for k in 15..62 {
+        let power = 1_i64 << k;
+        durations.extend([power - 1, power, power + 1]);
+    }
+    sqlx::query(
+        "INSERT INTO usage_events (session_id, model, metadata)
+         SELECT 's', 'm', json_object('summarization', json('true'), 'duration_ms', value)
+         FROM json_each(?1)",
+    )
+    .bind(serde_json::to_string(&durations).expect("JSON"))
+    .execute(store.pool())
+    .await
+    .expect("the events are written");
+
+    let counted: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT bucket, sum(compactions) FROM compaction_duration_daily
+         GROUP BY bucket ORDER BY bucket",
+    )
+    .fetch_all(store.pool())
+    .await
+    .expect("the histogram");
+    let mut expected = std::collections::BTreeMap::<i64, i64>::new();
+    for ms in durations {
+        // Exact in f64 for these values: log2 of a power of two is an integer, and no
+        // integer lies on an odd bucket's bound, 2^(k + 1/2).
+        let bucket = ((2.0 * (ms.max(1) as f64).log2()).floor() as i64 + 1).min(60);
+        *expected.entry(bucket).or_default() += 1;
+    }
+    assert_eq!(counted, expected.into_iter().collect::<Vec<_>>());
+}
