@@ -15,9 +15,11 @@
 //!   prefix that changed meanwhile (`conflict`), a lease held by another worker
 //!   (`busy`), a session in backoff after a failure. The delay doubles per delivery from
 //!   1 s up to a minute, so another worker retries it later.
-//! - **Processed once**: a job delivered again whose request id already has a
+//! - **Processed once**: a job delivered again whose own identity (its stream, stream
+//!   sequence and publish time, recorded as the usage event's `job_id`) already has a
 //!   compaction of its session (its worker died between the commit and the ack) is
-//!   acked without being processed again.
+//!   acked without being processed again. The client's `request_id` never decides
+//!   this: a scheduler may send the same one with every job.
 //! - **Dead-lettered** when it fails on its `JETSTREAM_MAX_DELIVER`-th delivery or a
 //!   later one: a row in `dead_letters` (`summarizer dead-letters list|replay|purge`), a
 //!   metric, and an ack, which removes it from the stream. Busy and backing off are not
@@ -333,9 +335,10 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
             return;
         }
     };
-    let named = request.request_id.is_some();
-    let event =
-        Event::new(request.session_id, request.request_id).with_overrides(request.overrides);
+    let job_id = job_id(&message);
+    let event = Event::new(request.session_id, request.request_id)
+        .with_overrides(request.overrides)
+        .with_job_id(job_id.clone());
     let rid = event.request_id.clone();
     let span =
         tracing::info_span!("job", request_id = %rid, session_id = %event.session_id, delivered);
@@ -345,10 +348,11 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
             dead_letter(&server, &message, &event.session_id, msg_id.as_deref(), &error, delivered).await;
             return;
         }
-        // Delivered again after its commit (the worker died before the ack): done. Only
-        // a job with a request id of its own can be recognised; `JobPublisher` sets one.
-        if delivered > 1 && named {
-            match server.store.compacted_for(&event.session_id, &rid).await {
+        // Delivered again after its commit (the worker died before the ack): done.
+        if delivered > 1
+            && let Some(job_id) = job_id.as_deref()
+        {
+            match server.store.compacted_by_job(&event.session_id, job_id).await {
                 Ok(true) => {
                     tracing::info!("job already compacted its session before; acking");
                     finish(&message, AckKind::Ack, "acked", worker).await;
@@ -397,6 +401,20 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
     .await;
 }
 
+/// The job's own identity: its stream, stream sequence and publish time (a stream
+/// deleted and created again starts its sequences over). The same for every delivery of
+/// the job, and for no other job; `None` for a message without JetStream metadata.
+fn job_id(message: &Message) -> Option<String> {
+    message.info().ok().map(|info| {
+        format!(
+            "{}:{}:{}",
+            info.stream,
+            info.stream_sequence,
+            info.published.unix_timestamp_nanos()
+        )
+    })
+}
+
 /// Keeps the job in `dead_letters` and removes it from the stream. If it cannot be
 /// kept, it stays in the stream (nacked) and comes again.
 async fn dead_letter(
@@ -408,14 +426,7 @@ async fn dead_letter(
     delivered: i64,
 ) {
     let worker = &server.worker;
-    let job_key = message.info().ok().map(|info| {
-        format!(
-            "{}:{}:{}",
-            info.stream,
-            info.stream_sequence,
-            info.published.unix_timestamp_nanos()
-        )
-    });
+    let job_key = job_id(message);
     let kept = server
         .store
         .dead_letter(&NewDeadLetter {

@@ -70,6 +70,10 @@ pub struct Event {
     pub request_id: String,
     /// The limits the request asks for, not yet clamped.
     pub overrides: Overrides,
+    /// A durable job's own identity (stream, sequence, publish time; see `jobs`),
+    /// recorded in the usage event so that a redelivery of the same job is recognised.
+    /// `None` for requests.
+    pub job_id: Option<String>,
 }
 
 impl Event {
@@ -78,11 +82,16 @@ impl Event {
             session_id,
             request_id: request_id.unwrap_or_else(new_request_id),
             overrides: Overrides::default(),
+            job_id: None,
         }
     }
 
     pub fn with_overrides(self, overrides: Overrides) -> Self {
         Self { overrides, ..self }
+    }
+
+    pub fn with_job_id(self, job_id: Option<String>) -> Self {
+        Self { job_id, ..self }
     }
 }
 
@@ -300,7 +309,7 @@ impl Worker {
             .store
             .apply_pending(
                 &event.session_id,
-                rid,
+                (rid, event.job_id.as_deref()),
                 (job.limits, job.model.as_deref()),
                 self.policy.precompute.ttl,
             )
@@ -677,6 +686,7 @@ impl Written {
             summary_tokens: i64::try_from(tokens::count(&self.text)).unwrap_or(i64::MAX),
             facts: self.facts,
             request_id: &event.request_id,
+            job_id: event.job_id.as_deref(),
             duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
         }
     }

@@ -175,7 +175,7 @@ store! {
     fn apply_pending(
         &self,
         session_id: &str,
-        request_id: &str,
+        ids: (&str, Option<&str>),
         planned: (Limits, Option<&str>),
         ttl: Duration,
     ) -> Result<Applied, StoreError>;
@@ -202,8 +202,8 @@ store! {
     /// Applies `changes` to the session's settings.
     fn change_session_settings(&self, session_id: &str, changes: &[Change], configured: Limits)
         -> Result<SessionSettings, SettingsError>;
-    /// Whether the session has a compaction made for the request `request_id`.
-    fn compacted_for(&self, session_id: &str, request_id: &str) -> Result<bool, StoreError>;
+    /// Whether the session has a compaction made for the durable job `job_id`.
+    fn compacted_by_job(&self, session_id: &str, job_id: &str) -> Result<bool, StoreError>;
     /// Keeps a job that failed for good; `None` when it is kept already.
     fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError>;
     /// The dead letters not replayed yet (all of them with `all`).

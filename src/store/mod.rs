@@ -226,6 +226,8 @@ pub struct NewSummary<'a> {
     /// The fact check's figures; `None` when `SUMMARY_FACT_CHECK=off`.
     pub facts: Option<Figures>,
     pub request_id: &'a str,
+    /// The durable job that asked for it, if one did ([`crate::worker::Event::job_id`]).
+    pub job_id: Option<&'a str>,
     /// Time since the lease was taken, for the duration histogram.
     pub duration_ms: i64,
 }
@@ -287,6 +289,9 @@ impl NewSummary<'_> {
             ("duration_ms", json!(self.duration_ms)),
         ] {
             metadata[key] = value;
+        }
+        if let Some(job_id) = self.job_id {
+            metadata["job_id"] = json!(job_id);
         }
         metadata
     }

@@ -37,8 +37,12 @@ pub enum Discard {
     Expired,
     /// Planned with other limits, or another session model, than the turn's.
     SettingsChanged,
-    /// A planned row was edited, deleted, or a row was added before the cut.
+    /// A planned row was edited, deleted, or a row was added before the cut; or the
+    /// message at the cut is no longer a human turn.
     PrefixChanged,
+    /// A tool result appended after the plan answers a call in the planned prefix:
+    /// applying it would archive the call and keep its result.
+    PairingChanged,
     /// What would remain is still over the threshold: the session grew by more than the
     /// band since the plan.
     Outgrown,
@@ -52,6 +56,7 @@ impl Discard {
             Self::Expired => "expired",
             Self::SettingsChanged => "settings_changed",
             Self::PrefixChanged => "prefix_changed",
+            Self::PairingChanged => "pairing_changed",
             Self::Outgrown => "outgrown",
             Self::Superseded => "superseded",
         }
@@ -187,24 +192,25 @@ impl PgStore {
 
     /// Applies the session's pending summary if it was planned with `limits` and
     /// `model`, is younger than `ttl` and its prefix is unchanged; drops it otherwise.
-    /// One call of `apply_pending_summary` (migration 12), one transaction.
+    /// One call of `apply_pending_summary` (migrations 12 and 14), one transaction.
     ///
     /// # Errors
     /// When the database fails; nothing is written then.
     pub async fn apply_pending(
         &self,
         session_id: &str,
-        request_id: &str,
+        (request_id, job_id): (&str, Option<&str>),
         (limits, model): (Limits, Option<&str>),
         ttl: Duration,
     ) -> Result<Applied, StoreError> {
         let row = sqlx::query(
             "SELECT outcome, applied_id, removed_count, removed_total, kept_count,
                     summary_length
-             FROM apply_pending_summary($1, $2, $3, $4, $5, $6)",
+             FROM apply_pending_summary($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(session_id)
         .bind(request_id)
+        .bind(job_id)
         .bind(limits.threshold_chars)
         .bind(limits.keep_chars)
         .bind(model)
@@ -224,6 +230,7 @@ impl PgStore {
             "expired" => Applied::Discarded(Discard::Expired),
             "settings_changed" => Applied::Discarded(Discard::SettingsChanged),
             "prefix_changed" => Applied::Discarded(Discard::PrefixChanged),
+            "pairing_changed" => Applied::Discarded(Discard::PairingChanged),
             "outgrown" => Applied::Discarded(Discard::Outgrown),
             // "none", or an outcome a newer schema added: compact as usual.
             _ => Applied::None,

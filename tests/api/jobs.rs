@@ -438,3 +438,61 @@ async fn a_job_kept_as_a_dead_letter_is_not_kept_twice() {
     assert!(store.dead_letter(&other).await.unwrap().is_some());
     assert_eq!(store.dead_letters(true).await.unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn a_nightly_job_reusing_its_request_id_is_processed_after_a_failure() {
+    let nats = jetstream_server().await;
+    let mut app = jobs_app(
+        &nats,
+        &[("FAILURE_BACKOFF_MS", "0"), ("LLM_MAX_RETRIES", "0")],
+    )
+    .await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    create_stream(&app, &client).await;
+    app.start_worker(&[]).await;
+    let publisher = JobPublisher::new(client.clone(), PREFIX);
+    // A scheduler sends the same request every night.
+    let nightly = Request {
+        session_id: "s".into(),
+        request_id: Some("nightly".into()),
+        ..Request::default()
+    };
+    app.append_turns("s", 5).await;
+    publisher
+        .publish(&nightly, Some("night-1"), None)
+        .await
+        .unwrap();
+    until_stream_empty(&client).await;
+    assert_eq!(compactions(&app, "s").await, 1, "the first night compacts");
+
+    // The second night the session is over its threshold again, and the LLM fails the
+    // job's first delivery.
+    for n in 6..=10 {
+        app.append_turn("s", n).await;
+    }
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(500))
+        .with_priority(1)
+        .up_to_n_times(1)
+        .mount(&app.llm)
+        .await;
+    publisher
+        .publish(&nightly, Some("night-2"), None)
+        .await
+        .unwrap();
+    app.until_llm_called(3).await;
+    until_stream_empty(&client).await;
+    assert_eq!(
+        compactions(&app, "s").await,
+        2,
+        "the redelivered job is processed, not taken for the first night's"
+    );
+    let events = app.usage_events("s").await;
+    let job_ids: Vec<&str> = events
+        .iter()
+        .map(|e| e.4["job_id"].as_str().unwrap())
+        .collect();
+    assert_ne!(job_ids[0], job_ids[1], "each job records its own identity");
+    assert!(app.check().await.is_clean());
+}

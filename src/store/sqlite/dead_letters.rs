@@ -5,24 +5,26 @@ use super::{RFC3339, SqliteStore};
 use crate::store::{DeadLetter, NewDeadLetter, StoreError};
 
 impl SqliteStore {
-    /// Whether the session has a compaction made for the request `request_id`: a job
-    /// delivered again after its commit is then done.
+    /// Whether the session has a compaction made for the durable job `job_id` (its
+    /// stream, sequence and publish time): that job delivered again after its commit
+    /// (its worker died before the ack) is then done. A client's `request_id` is not
+    /// the job's identity: a scheduler may send the same one every night.
     ///
     /// # Errors
     /// When the file cannot be read.
-    pub async fn compacted_for(
+    pub async fn compacted_by_job(
         &self,
         session_id: &str,
-        request_id: &str,
+        job_id: &str,
     ) -> Result<bool, StoreError> {
         let done = sqlx::query_scalar(
             "SELECT EXISTS (
                  SELECT 1 FROM usage_events
-                 WHERE session_id = ?1 AND json_extract(metadata, '$.request_id') = ?2
+                 WHERE session_id = ?1 AND json_extract(metadata, '$.job_id') = ?2
                    AND json_type(metadata, '$.summarization') = 'true')",
         )
         .bind(session_id)
-        .bind(request_id)
+        .bind(job_id)
         .fetch_one(self.pool())
         .await?;
         Ok(done)

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use sqlx::Row;
+use sqlx::{Row, SqliteConnection};
 
 use super::{Prefix, SqliteStore, now_ms, replace_prefix, write_summary};
 use crate::config::Limits;
@@ -156,7 +156,7 @@ impl SqliteStore {
     pub async fn apply_pending(
         &self,
         session_id: &str,
-        request_id: &str,
+        (request_id, job_id): (&str, Option<&str>),
         (limits, model): (Limits, Option<&str>),
         ttl: Duration,
     ) -> Result<Applied, StoreError> {
@@ -221,6 +221,8 @@ impl SqliteStore {
             let prefix = Prefix::read(&mut tx, session_id, cut_seq).await?;
             if !prefix.is(&removed_seqs, &removed_chars, &removed_versions) {
                 Some(Discard::PrefixChanged)
+            } else if let Some(broken) = planner_rule_broken(&mut tx, session_id, cut_seq).await? {
+                Some(broken)
             } else if session_chars - chars_removed + summary_chars > limits.threshold_chars {
                 Some(Discard::Outgrown)
             } else {
@@ -265,6 +267,9 @@ impl SqliteStore {
         ] {
             metadata[key] = value;
         }
+        if let Some(job_id) = job_id {
+            metadata["job_id"] = json!(job_id);
+        }
         let prompt_tokens: Option<i64> = pending.try_get("prompt_tokens")?;
         let completion_tokens: Option<i64> = pending.try_get("completion_tokens")?;
         let id: i64 = sqlx::query_scalar(
@@ -295,6 +300,51 @@ impl SqliteStore {
             summary_chars,
         })
     }
+}
+
+/// Whether appends or deletes since the plan break a rule the planner held for the
+/// prefix before `cut_seq` (which the caller found unchanged): the kept part must start
+/// at a human turn (`PrefixChanged` otherwise), and no kept tool result may answer a
+/// call in the prefix, that is have its id with no later call of that id before it
+/// (`PairingChanged`). As migration 14's `apply_pending_summary` decides on Postgres.
+async fn planner_rule_broken(
+    tx: &mut SqliteConnection,
+    session_id: &str,
+    cut_seq: i64,
+) -> Result<Option<Discard>, sqlx::Error> {
+    let (human_at_cut, paired): (bool, bool) = sqlx::query_as(
+        "SELECT
+             EXISTS (SELECT 1 FROM messages
+                     WHERE session_id = ?1 AND seq = ?2 AND role = 'user' AND NOT is_summary),
+             NOT EXISTS (
+                 SELECT 1 FROM messages AS result
+                 WHERE result.session_id = ?1 AND result.seq >= ?2 AND result.role = 'tool'
+                   AND result.tool_call_id IN (
+                       SELECT json_extract(call.tool_calls, c.fullkey || '.id')
+                       FROM messages AS call, json_each(CASE json_type(call.tool_calls)
+                           WHEN 'array' THEN call.tool_calls ELSE '[]' END) AS c
+                       WHERE call.session_id = ?1 AND call.seq < ?2 AND call.role <> 'system'
+                         AND json_type(call.tool_calls, c.fullkey || '.id') = 'text')
+                   AND NOT EXISTS (
+                       SELECT 1
+                       FROM messages AS later, json_each(CASE json_type(later.tool_calls)
+                           WHEN 'array' THEN later.tool_calls ELSE '[]' END) AS c
+                       WHERE later.session_id = ?1
+                         AND later.seq >= ?2 AND later.seq < result.seq
+                         AND json_extract(later.tool_calls, c.fullkey || '.id')
+                             = result.tool_call_id))",
+    )
+    .bind(session_id)
+    .bind(cut_seq)
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(if !human_at_cut {
+        Some(Discard::PrefixChanged)
+    } else if !paired {
+        Some(Discard::PairingChanged)
+    } else {
+        None
+    })
 }
 
 /// A JSON column of `row` read back as `T`.

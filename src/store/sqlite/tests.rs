@@ -69,7 +69,7 @@ async fn compacted_session(store: &SqliteStore) {
                                   metadata)
         VALUES ('s', 'm', 100, 10, '{"summarization": true, "messages_removed": 2,
                 "chars_removed": 7, "tokens_removed": 3, "duration_ms": 40,
-                "request_id": "r1", "facts_total": 4, "facts_kept": 3}');
+                "request_id": "r1", "job_id": "J:1:1", "facts_total": 4, "facts_kept": 3}');
         INSERT INTO archived_messages (compaction_id, session_id, seq, role, content,
             tool_calls, tool_call_id, is_summary, chars, created_at, external_id, extra)
         SELECT 1, session_id, seq, role, content, tool_calls, tool_call_id, is_summary,
@@ -217,8 +217,8 @@ async fn a_hand_made_compaction_is_viewed_checked_and_restored() {
     assert_eq!((compaction.id, compaction.messages_removed), (1, 2));
     assert_eq!((compaction.chars_removed, compaction.restored), (7, false));
     assert!(store.session("nobody", 10).await.expect("read").is_none());
-    assert!(store.compacted_for("s", "r1").await.expect("read"));
-    assert!(!store.compacted_for("s", "r2").await.expect("read"));
+    assert!(store.compacted_by_job("s", "J:1:1").await.expect("read"));
+    assert!(!store.compacted_by_job("s", "r1").await.expect("read"));
 
     for invariant in ALL_INVARIANTS {
         let found = store.breaches(invariant).await.expect("the check runs");

@@ -1,0 +1,156 @@
+-- Two repairs of `apply_pending_summary` (migration 12).
+--
+-- 1. The job's own identity. A durable job (TRANSPORT=jetstream) delivered again after
+--    its commit is recognised by the usage event's `job_id` (the job's stream, stream
+--    sequence and publish time: see src/jobs.rs), never by the client's `request_id`,
+--    which a scheduler may send every night. A pending summary applied for a job records
+--    it too, so the function takes it as a new argument.
+-- 2. The planner's rules hold at apply time too. A pending summary was planned so that
+--    no tool call in its prefix has a result kept after the cut, and so that the kept
+--    part starts at a human turn. Appends after the plan can break the first (a late
+--    `tool` row answering a call in the prefix, with no later call of that id between)
+--    and a delete the second (the message at the cut is gone or rewritten). Either drops
+--    the pending summary, with the outcome `pairing_changed` or `prefix_changed`, and
+--    the turn compacts afresh: the planner then keeps the pair together.
+--
+-- A call's id is its top-level `id` when that is a string, as `Message::tool_call_ids`
+-- reads it; a result
+-- answers the nearest earlier call of its id (ids may be reused: `call_0` every turn).
+-- Rows whose `tool_calls` is not an array (double-encoded rows from before migration 6)
+-- hold no call here, as the prefix check already covers what the plan saw.
+
+-- A row's calls as an array: none for NULL and for any other shape.
+CREATE FUNCTION calls_of(tool_calls jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN jsonb_typeof(tool_calls) = 'array' THEN tool_calls ELSE '[]'::jsonb END
+$$;
+
+CREATE FUNCTION apply_pending_summary(
+    p_session text, p_request_id text, p_job_id text, p_threshold bigint, p_keep bigint,
+    p_model text, p_max_age_ms bigint,
+    OUT outcome text, OUT applied_id bigint, OUT removed_count integer,
+    OUT removed_total bigint, OUT kept_count bigint, OUT summary_length integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    pending pending_summaries%ROWTYPE;
+    session_messages integer;
+    session_chars bigint;
+    found_seqs bigint[];
+    found_chars bigint[];
+    found_versions text[];
+BEGIN
+    -- The common case with precompute on and nothing prepared: no lock taken.
+    PERFORM 1 FROM pending_summaries WHERE session_id = p_session;
+    IF NOT FOUND THEN
+        outcome := 'none';
+        RETURN;
+    END IF;
+    SELECT message_count, total_chars INTO session_messages, session_chars FROM sessions
+    WHERE session_id = p_session
+      AND (lease_owner IS NULL OR lease_expires_at <= now())
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        outcome := 'busy';
+        RETURN;
+    END IF;
+    SELECT * INTO pending FROM pending_summaries WHERE session_id = p_session FOR UPDATE;
+    IF NOT FOUND THEN
+        outcome := 'none';
+        RETURN;
+    END IF;
+    IF pending.created_at <= now() - p_max_age_ms * interval '1 millisecond' THEN
+        outcome := 'expired';
+    ELSIF pending.threshold_chars <> p_threshold OR pending.keep_chars <> p_keep
+          OR pending.requested_model IS DISTINCT FROM p_model THEN
+        outcome := 'settings_changed';
+    ELSE
+        SELECT array_agg(seq ORDER BY seq), array_agg(chars::bigint ORDER BY seq),
+               array_agg(xmin::text ORDER BY seq)
+        INTO found_seqs, found_chars, found_versions
+        FROM messages
+        WHERE session_id = p_session AND seq < pending.cut_seq AND role <> 'system';
+        IF found_seqs IS DISTINCT FROM pending.removed_seqs
+           OR found_chars IS DISTINCT FROM pending.removed_chars
+           OR found_versions IS DISTINCT FROM pending.removed_versions
+           OR NOT EXISTS (
+               SELECT 1 FROM messages
+               WHERE session_id = p_session AND seq = pending.cut_seq
+                 AND role = 'user' AND NOT is_summary) THEN
+            outcome := 'prefix_changed';
+        ELSIF EXISTS (
+            SELECT 1
+            FROM messages AS result
+            WHERE result.session_id = p_session AND result.seq >= pending.cut_seq
+              AND result.role = 'tool'
+              AND result.tool_call_id IN (
+                  SELECT c ->> 'id'
+                  FROM messages AS call, jsonb_array_elements(calls_of(call.tool_calls)) AS c
+                  WHERE call.session_id = p_session AND call.seq = ANY (pending.removed_seqs)
+                    AND jsonb_typeof(c -> 'id') = 'string')
+              AND NOT EXISTS (
+                  SELECT 1
+                  FROM messages AS later, jsonb_array_elements(calls_of(later.tool_calls)) AS c
+                  WHERE later.session_id = p_session
+                    AND later.seq >= pending.cut_seq AND later.seq < result.seq
+                    AND c ->> 'id' = result.tool_call_id)) THEN
+            outcome := 'pairing_changed';
+        ELSIF session_chars - (SELECT sum(c) FROM unnest(pending.removed_chars) AS c)
+              + char_length(pending.summary) > p_threshold THEN
+            outcome := 'outgrown';
+        END IF;
+    END IF;
+    DELETE FROM pending_summaries WHERE session_id = p_session;
+    IF outcome IS NOT NULL THEN
+        RETURN;
+    END IF;
+
+    removed_count := cardinality(pending.removed_seqs);
+    removed_total := (SELECT sum(c) FROM unnest(pending.removed_chars) AS c);
+    kept_count := session_messages - removed_count;
+    summary_length := char_length(pending.summary);
+    INSERT INTO usage_events
+        (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
+    VALUES (p_session, pending.model, pending.prompt_tokens, pending.completion_tokens,
+            pending.prompt_tokens + pending.completion_tokens,
+            pending.metadata || jsonb_build_object(
+                'summarization', true,
+                'precomputed', true,
+                'messages_removed', removed_count,
+                'chars_removed', removed_total,
+                'messages_kept', kept_count,
+                'summary_chars', summary_length,
+                'request_id', p_request_id,
+                'precomputed_at', pending.created_at,
+                'duration_ms', floor(1000 * extract(epoch FROM
+                                   clock_timestamp() - statement_timestamp()))::bigint)
+            || jsonb_strip_nulls(jsonb_build_object('job_id', p_job_id)))
+    RETURNING id INTO applied_id;
+    WITH removed AS (
+        DELETE FROM messages
+        WHERE session_id = p_session AND seq < pending.cut_seq AND role <> 'system'
+        RETURNING *
+    )
+    INSERT INTO archived_messages (compaction_id, session_id, seq, role, content,
+        tool_calls, tool_call_id, is_summary, chars, created_at, external_id, extra)
+    SELECT applied_id, session_id, seq, role, content,
+        tool_calls, tool_call_id, is_summary, chars, created_at, external_id, extra
+    FROM removed;
+    INSERT INTO messages (session_id, seq, role, content, is_summary)
+    VALUES (p_session, pending.removed_seqs[1], 'user', pending.summary, true);
+    UPDATE sessions SET last_compaction_id = applied_id, failures = 0, retry_at = NULL
+    WHERE session_id = p_session;
+    outcome := 'applied';
+END
+$$;
+
+-- The old signature, for workers of an older release during a rolling upgrade: the same
+-- rules, without a job id.
+CREATE OR REPLACE FUNCTION apply_pending_summary(
+    p_session text, p_request_id text, p_threshold bigint, p_keep bigint,
+    p_model text, p_max_age_ms bigint,
+    OUT outcome text, OUT applied_id bigint, OUT removed_count integer,
+    OUT removed_total bigint, OUT kept_count bigint, OUT summary_length integer)
+LANGUAGE sql AS $$
+    SELECT * FROM apply_pending_summary(p_session, p_request_id, NULL, p_threshold, p_keep,
+                                        p_model, p_max_age_ms)
+$$;
