@@ -155,6 +155,9 @@ struct Message {
     #[serde(default)]
     content: Vec<Block>,
     usage: Option<Usage>,
+    /// `max_tokens` when the answer stopped at the output limit.
+    #[serde(default)]
+    stop_reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -175,6 +178,9 @@ struct Usage {
 fn parse(body: &str) -> Result<Summary, LlmError> {
     let message: Message = serde_json::from_str(body)
         .map_err(|e| LlmError::Invalid(format!("not a Messages API answer: {e}")))?;
+    if message.stop_reason.as_deref() == Some("max_tokens") {
+        return Err(LlmError::Truncated("stop_reason: max_tokens".to_owned()));
+    }
     let text = message
         .content
         .into_iter()
@@ -287,6 +293,19 @@ mod tests {
             ),
             ("**Investigating:** x", "claude-x", Some(812), Some(64))
         );
+    }
+
+    #[test]
+    fn an_answer_stopped_at_max_tokens_is_truncated_not_a_summary() {
+        let body = json!({
+            "type": "message", "model": "claude-x",
+            "content": [{"type": "text", "text": "**Investigating:** x\n**Key findings:**\n- a\n**Ruled out:** b\n**Current state:** wai"}],
+            "stop_reason": "max_tokens",
+        });
+        assert!(matches!(
+            parse(&body.to_string()),
+            Err(LlmError::Truncated(_))
+        ));
     }
 
     #[test]

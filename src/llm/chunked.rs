@@ -8,7 +8,12 @@
 //! `[earlier summary]` the prompt folds in; the last answer, in the seed's template, is
 //! the summary. A message that alone is over a chunk's room is clipped head and tail with
 //! a marker. A provider's context-length error shrinks the budget (x0.7, at most
-//! [`MAX_SHRINKS`] times in one summarization) and the rest is planned again.
+//! [`MAX_SHRINKS`] times in one summarization) and the rest is planned again. An answer
+//! cut off at the output limit ([`LlmError::Truncated`]), for any chunk, is never taken
+//! as a summary or a running one: the same chunk is asked again with half as much room
+//! again and a note asking for a shorter summary (kept in every later request), at most
+//! [`MAX_TRUNCATIONS`] times in one summarization; then the summarization fails
+//! (`failed/llm_error`, or the extractive fallback with `LLM_FALLBACK=extractive`).
 //!
 //! `LLM_DEADLINE_MS` bounds the whole summarization, every chunk's request, retries and
 //! waits included, not each request: the session's lease (`LEASE_DURATION_MS`, kept
@@ -32,6 +37,10 @@ use crate::message::Message;
 /// Context-length errors survived in one summarization before it fails: 0.7^4 is about
 /// a quarter of the configured budget, past which the setting is wrong, not a little off.
 pub const MAX_SHRINKS: usize = 4;
+
+/// Answers cut off at the output limit survived in one summarization before it fails:
+/// each is asked again, for a shorter summary, with half as much room again.
+pub const MAX_TRUNCATIONS: usize = 2;
 
 /// A chunk's room under this many tokens is no room: the budget is too small for the
 /// prompt and the running summary.
@@ -114,13 +123,27 @@ impl LlmSummarizer {
         let mut shrinks = 0;
         let mut next = 0;
         let mut requests = 0;
+        let mut truncations = 0;
+        let mut max_tokens = self.summary_max_tokens;
         let mut summary: Option<Summary> = None;
         loop {
             let running = summary.as_ref().map(|s| s.text.clone());
+            // After a cut-off answer, every later request asks for a shorter one too.
+            let note = (truncations > 0).then(|| rendered.transcript.cut_off_note());
+            let note_tokens = note.as_deref().map_or(0, tokens::count);
             let (mut request, end) = self
-                .next_request(&rendered, large, next, budget, running)
+                .next_request(
+                    &rendered,
+                    large,
+                    next,
+                    (budget.saturating_sub(note_tokens), max_tokens),
+                    running,
+                )
                 .await?;
             request.model = model.map(str::to_owned);
+            if let Some(note) = note {
+                request.user.push_str(&note);
+            }
             requests += 1;
             let answered = tokio::time::timeout_at(deadline, self.chat.complete(&request))
                 .await
@@ -139,6 +162,16 @@ impl LlmSummarizer {
                     if next >= rendered.pieces.len() {
                         break;
                     }
+                }
+                Err(LlmError::Truncated(cause)) if truncations < MAX_TRUNCATIONS => {
+                    truncations += 1;
+                    max_tokens = max_tokens.saturating_add(max_tokens / 2);
+                    tracing::warn!(
+                        max_tokens,
+                        truncations,
+                        error = %cause,
+                        "the answer was cut off at the output limit; asking again for a shorter one"
+                    );
                 }
                 Err(LlmError::ContextLength(cause)) if shrinks < MAX_SHRINKS => {
                     shrinks += 1;
@@ -168,11 +201,10 @@ impl LlmSummarizer {
         rendered: &Arc<Rendered>,
         large: bool,
         next: usize,
-        budget: usize,
+        (budget, max_tokens): (usize, u32),
         running: Option<String>,
     ) -> Result<(ChatRequest, usize), LlmError> {
         let rendered = Arc::clone(rendered);
-        let max_tokens = self.summary_max_tokens;
         cpu(large, move || {
             rendered.request(next, budget, running.as_deref(), max_tokens)
         })

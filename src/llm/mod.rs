@@ -86,6 +86,12 @@ pub enum LlmError {
     /// may succeed, so it is not a permanent failure.
     #[error("context length exceeded: {0}")]
     ContextLength(String),
+    /// The answer stopped at the output limit (OpenAI's `finish_reason: "length"`,
+    /// Anthropic's `stop_reason: "max_tokens"`): it ends mid-word, and may still hold
+    /// every heading, so it is never a summary. Asked again, shorter and with more room
+    /// (see `chunked`), before it is a failure.
+    #[error("the answer was cut off at the output limit: {0}")]
+    Truncated(String),
 }
 
 impl LlmError {
@@ -107,6 +113,7 @@ impl LlmError {
             Self::Rejected { .. } => "rejected",
             Self::Invalid(_) => "invalid_response",
             Self::ContextLength(_) => "context_length",
+            Self::Truncated(_) => "truncated",
         }
     }
 }

@@ -152,6 +152,9 @@ struct Completion {
 #[derive(Deserialize)]
 struct Choice {
     message: ChoiceMessage,
+    /// `length` when the answer stopped at `max_tokens`.
+    #[serde(default)]
+    finish_reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -168,11 +171,17 @@ struct Usage {
 fn parse(body: &str) -> Result<Summary, LlmError> {
     let completion: Completion = serde_json::from_str(body)
         .map_err(|e| LlmError::Invalid(format!("not a chat completion: {e}")))?;
-    let text = completion
+    let choice = completion
         .choices
         .into_iter()
         .next()
-        .and_then(|c| c.message.content)
+        .ok_or_else(|| LlmError::Invalid("the completion has no message content".to_owned()))?;
+    if choice.finish_reason.as_deref() == Some("length") {
+        return Err(LlmError::Truncated("finish_reason: length".to_owned()));
+    }
+    let text = choice
+        .message
+        .content
         .ok_or_else(|| LlmError::Invalid("the completion has no message content".to_owned()))?;
     let usage = completion.usage;
     Ok(Summary {
@@ -224,6 +233,16 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_cut_off_at_max_tokens_is_truncated_not_a_summary() {
+        let cut = r#"{"choices":[{"message":{"content":"**Investigating:** x\n**Key findings:**\n- a\n**Ruled out:** b\n**Current state:** requests wait up to 29."},"finish_reason":"length"}]}"#;
+        assert!(matches!(parse(cut), Err(LlmError::Truncated(_))));
+        let stopped = cut.replace("\"length\"", "\"stop\"");
+        assert!(parse(&stopped).is_ok());
+        let unsaid = cut.replace(r#","finish_reason":"length""#, "");
+        assert!(parse(&unsaid).is_ok(), "servers that send no finish_reason");
+    }
+
+    #[test]
     fn a_success_without_choices_is_invalid() {
         assert!(matches!(
             parse(r#"{"error": {"message": "overloaded"}}"#),
@@ -249,7 +268,7 @@ mod tests {
                 "{excerpt}"
             );
         }
-        let s = parse(r#"{"model":"m","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#).unwrap();
+        let s = parse(r#"{"model":"m","choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#).unwrap();
         assert_eq!(
             (s.text.as_str(), s.prompt_tokens, s.completion_tokens),
             ("hi", Some(3), Some(1))

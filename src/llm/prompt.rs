@@ -276,6 +276,19 @@ impl MissingFacts {
 }
 
 impl Transcript {
+    /// What a request sent again after a cut-off answer (the provider's output limit:
+    /// OpenAI's `finish_reason: "length"`, Anthropic's `stop_reason: "max_tokens"`)
+    /// adds after the transcript's end: an instruction to write the summary shorter.
+    pub fn cut_off_note(&self) -> String {
+        format!(
+            "\n[{} your previous answer was cut off]\nYour previous answer to this request \
+             reached the output limit and was cut off mid-sentence. Write the summary again, \
+             in the same template, shorter: fewer and tighter findings, every heading \
+             present, ending with a whole sentence.\n",
+            self.marker
+        )
+    }
+
     /// What a second attempt adds after the transcript's end: an instruction, under a
     /// header with the transcript's marker, to write the summary again with the
     /// identifiers a first one left out. They come from the messages, so they are

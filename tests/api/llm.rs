@@ -396,3 +396,97 @@ async fn a_poisoned_session_backs_off_while_others_proceed() {
     assert_eq!(failures, 2);
     assert!((100.0..=120.0).contains(&backoff_secs), "{backoff_secs}");
 }
+
+/// A chat completion that stopped at `max_tokens`: it still has every heading.
+fn cut_off() -> ResponseTemplate {
+    let text = "**Investigating:** checkout 502s\n**Key findings:**\n- pool at 100/100\n\
+                **Ruled out:** DNS\n**Current state:** requests wait up to 29.";
+    ResponseTemplate::new(200).set_body_json(serde_json::json!({
+        "model": "fake-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "length"}],
+    }))
+}
+
+#[tokio::test]
+async fn an_answer_cut_off_at_the_output_limit_is_never_written() {
+    let app = spawn_app().await;
+    Mock::given(method("POST"))
+        .respond_with(cut_off())
+        .mount(&app.llm)
+        .await;
+    app.append_turns("s", 5).await;
+    let before = app.messages("s").await;
+
+    let message = assert_failed_unchanged(&app, "s", &before).await;
+
+    assert!(message.contains("cut off at the output limit"), "{message}");
+    // Asked again, shorter, twice: then a failure, counted as truncated.
+    assert_eq!(app.llm_requests().await, 3);
+    let metrics = reqwest::get(format!("http://{}/metrics", app.http_addr.unwrap()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("summarizer_llm_failures_total{cause=\"truncated\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn an_answer_cut_off_once_is_asked_again_and_the_whole_one_written() {
+    let app = spawn_app().await;
+    Mock::given(method("POST"))
+        .respond_with(cut_off())
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&app.llm)
+        .await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append_turns("s", 5).await;
+
+    let reply = app.turn_starting("s").await;
+
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    let summary = app.messages("s").await.remove(0);
+    assert_eq!(summary.content.as_deref(), Some(SUMMARY));
+    let requests = app.llm.received_requests().await.unwrap();
+    let again: serde_json::Value = requests[1].body_json().unwrap();
+    assert!(
+        again["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("your previous answer was cut off"),
+        "{again}"
+    );
+}
+
+#[tokio::test]
+async fn with_the_extractive_fallback_a_cut_off_answer_is_replaced_not_written() {
+    let app = spawn_app_with(&[("LLM_FALLBACK", "extractive")]).await;
+    Mock::given(method("POST"))
+        .respond_with(cut_off())
+        .mount(&app.llm)
+        .await;
+    app.append_turns("s", 5).await;
+
+    let reply = app.turn_starting("s").await;
+
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    let summary = app.messages("s").await.remove(0);
+    assert!(
+        !summary.content.unwrap().contains("requests wait up to 29."),
+        "the cut-off answer is not the summary"
+    );
+    let events = app.usage_events("s").await;
+    assert!(
+        events[0].4["fallback_reason"]
+            .as_str()
+            .unwrap()
+            .contains("cut off"),
+        "{:?}",
+        events[0].4
+    );
+}

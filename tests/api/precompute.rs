@@ -253,18 +253,29 @@ async fn a_late_result_of_a_call_in_the_pending_prefix_drops_the_pending_summary
     let cut = until_pending(&app, "s").await;
     let call_1 = app.messages("s").await;
     assert!(
-        call_1.iter().any(|m| m.seq < cut && m.tool_call_id.as_deref() == Some("call-1")),
+        call_1
+            .iter()
+            .any(|m| m.seq < cut && m.tool_call_id.as_deref() == Some("call-1")),
         "the pending prefix holds call-1 and its result"
     );
     // The agent writes another result of call-1, then crosses the threshold.
-    app.append("s", "tool", "call-1, retried: pool at 100%", None, Some("call-1"))
-        .await;
+    app.append(
+        "s",
+        "tool",
+        "call-1, retried: pool at 100%",
+        None,
+        Some("call-1"),
+    )
+    .await;
     app.append_turn("s", 4).await;
     let reply = app.turn_starting("s").await;
 
     assert_ne!(reply.reason, Reason::Compacted, "not applied: {reply:?}");
     assert!(
-        app.usage_events("s").await.iter().all(|e| e.4.get("precomputed").is_none()),
+        app.usage_events("s")
+            .await
+            .iter()
+            .all(|e| e.4.get("precomputed").is_none()),
         "the pending summary was not applied"
     );
     assert_eq!(pending_cut(&app, "s").await, None, "and it is gone");
@@ -280,7 +291,10 @@ async fn a_late_result_of_a_call_in_the_pending_prefix_drops_the_pending_summary
     let report = app.check().await;
     assert!(report.is_clean(), "{report:?}");
     assert!(
-        app.messages("s").await.iter().any(|m| m.tool_call_id.as_deref() == Some("call-1")),
+        app.messages("s")
+            .await
+            .iter()
+            .any(|m| m.tool_call_id.as_deref() == Some("call-1")),
         "the results of call-1 are live, so its call is too"
     );
 }

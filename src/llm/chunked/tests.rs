@@ -11,6 +11,8 @@ const SUMMARY: &str = "**Investigating:** checkout 502s\n**Key findings:**\n- po
 struct Fake {
     limit: usize,
     delay: Duration,
+    /// How many answers, from the first, are cut off at the output limit.
+    cut_off: usize,
     requests: Arc<Mutex<Vec<ChatRequest>>>,
 }
 
@@ -20,6 +22,7 @@ impl Fake {
         let fake = Self {
             limit,
             delay: Duration::ZERO,
+            cut_off: 0,
             requests: Arc::clone(&requests),
         };
         (fake, requests)
@@ -35,8 +38,11 @@ impl Chat for Fake {
         &'a self,
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.requests.lock().unwrap().push(request.clone());
-        let answer = if size(request) > self.limit {
+        let mut requests = self.requests.lock().unwrap();
+        requests.push(request.clone());
+        let answer = if requests.len() <= self.cut_off {
+            Err(LlmError::Truncated("finish_reason: length".to_owned()))
+        } else if size(request) > self.limit {
             Err(LlmError::ContextLength(format!(
                 "maximum context length is {} tokens",
                 self.limit
@@ -50,6 +56,7 @@ impl Chat for Fake {
                 ..Summary::default()
             })
         };
+        drop(requests);
         let delay = self.delay;
         async move {
             tokio::time::sleep(delay).await;
@@ -313,4 +320,45 @@ async fn a_long_list_of_missing_identifiers_is_cut_to_leave_a_small_budget_its_r
     assert!(last.contains(&format!("\n- {}\n", missing[0])), "{last}");
     assert!(last.contains(" more not listed"), "{last}");
     assert!(requests.iter().all(|r| size(r) <= 2_000));
+}
+
+#[tokio::test]
+async fn a_chunk_answer_cut_off_is_asked_again_shorter_with_more_room_never_taken_as_running() {
+    let (mut fake, requests) = Fake::new(2_000);
+    fake.cut_off = 1;
+    let old = history(60, 600);
+
+    let summary = summarizer(fake, 2_000).summarize(&old).await.unwrap();
+
+    assert_eq!(summary.text, SUMMARY);
+    let requests = requests.lock().unwrap();
+    let (first, again) = (&requests[0], &requests[1]);
+    assert_eq!(first.max_tokens, 200);
+    assert!(!first.user.contains("was cut off"));
+    // The first chunk again: the same transcript, no running summary (the cut-off answer
+    // is not one), more room, and the note.
+    assert!(!again.user.contains(" earlier summary]"), "{}", again.user);
+    assert_eq!(again.max_tokens, 300);
+    assert!(again.user.contains(" your previous answer was cut off]"));
+    assert!(again.user.contains(old[0].content.trim()));
+    for (i, request) in requests.iter().enumerate().skip(1) {
+        assert!(size(request) <= 2_000, "request {i}: {}", size(request));
+        assert!(request.user.contains("was cut off"), "request {i}");
+    }
+}
+
+#[tokio::test]
+async fn answers_always_cut_off_fail_as_truncated_after_a_few_tries() {
+    let (mut fake, requests) = Fake::new(100_000);
+    fake.cut_off = usize::MAX;
+    let old = history(3, 200);
+
+    let error = summarizer(fake, 100_000).summarize(&old).await.unwrap_err();
+
+    assert!(matches!(error, LlmError::Truncated(_)), "{error}");
+    assert_eq!(error.metric_cause(), "truncated");
+    let requests = requests.lock().unwrap();
+    assert_eq!(requests.len(), 1 + MAX_TRUNCATIONS);
+    let room: Vec<u32> = requests.iter().map(|r| r.max_tokens).collect();
+    assert_eq!(room, [200, 300, 450]);
 }
