@@ -81,6 +81,18 @@ const INVARIANTS: &[Invariant] = &[
         remedy: None,
     },
     Invariant {
+        name: "text_not_utf8",
+        description: "a message's text is not valid UTF-8 (SQLite, written before the \
+                      write refused it): the row cannot be read, so its session fails \
+                      every turn with store_error and is never compacted",
+        query: Query::TextNotUtf8,
+        remedy: Some(
+            "rewrite the named row's text as UTF-8 or delete it, with SQL (`UPDATE messages \
+             SET content = '...' WHERE seq = N`, or `DELETE FROM messages WHERE seq = N`); \
+             the session compacts again from its next turn",
+        ),
+    },
+    Invariant {
         name: "counters_drift",
         description: "a session's counters differ from its messages",
         query: Query::CountersDrift,

@@ -431,7 +431,8 @@ impl Worker {
         self.store
             .record_failure(
                 &event.session_id,
-                owner,
+                Some(owner),
+                "llm_error",
                 self.policy.failure_backoff,
                 self.policy.failure_backoff_max,
             )
@@ -449,6 +450,22 @@ impl Worker {
         {
             Ok(Some(loaded)) => loaded,
             Ok(None) => return Outcome::Busy,
+            // Rows that cannot be decoded fail the same way at every turn: the session
+            // backs off instead (`summarizer check` names the rows). Whether the failed
+            // load's lease stuck depends on the store, so none is named.
+            Err(e) if e.is_undecodable_row() => {
+                let backoff = self.store.record_failure(
+                    &event.session_id,
+                    None,
+                    "store_error",
+                    self.policy.failure_backoff,
+                    self.policy.failure_backoff_max,
+                );
+                if let Err(released) = backoff.await {
+                    lease_not_released(&event.request_id, &released);
+                }
+                return store_failure(event, "loading the history", &e);
+            }
             Err(e) => return store_failure(event, "taking the lease", &e),
         };
         let counted = loaded.counted();

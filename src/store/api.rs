@@ -151,9 +151,15 @@ store! {
         counted: CountedAt,
         keep_chars: i64,
     ) -> Result<(), StoreError>;
-    /// Gives the lease up after an LLM failure and puts the session in backoff.
-    fn record_failure(&self, session_id: &str, owner: &str, base: Duration, max: Duration)
-        -> Result<(), StoreError>;
+    /// Gives the lease up after a failure and puts the session in backoff.
+    fn record_failure(
+        &self,
+        session_id: &str,
+        owner: Option<&str>,
+        reason: &str,
+        base: Duration,
+        max: Duration,
+    ) -> Result<(), StoreError>;
     /// The session's messages in `seq` order.
     fn messages(&self, session_id: &str) -> Result<Vec<crate::message::Message>, StoreError>;
     /// Replaces the planned prefix with the summary in one transaction, fenced on the

@@ -34,6 +34,9 @@ pub enum Invariant {
     SummaryWithoutCompaction,
     /// A session's counters differ from its messages (`Store::counter_drift`).
     CountersDrift,
+    /// A message's text is not valid UTF-8: SQLite stores any bytes cast to TEXT, and
+    /// such a row cannot be read as text, so its session is never compacted.
+    TextNotUtf8,
 }
 
 /// One breach of an invariant: where, and what an operator would look at.
@@ -178,6 +181,8 @@ impl Invariant {
                          AND NOT u.metadata ? 'restored_at')"
             }
             Self::CountersDrift => return None,
+            // A UTF8 database refuses invalid text at the write: nothing to find.
+            Self::TextNotUtf8 => "SELECT NULL::text, NULL::text WHERE false",
         })
     }
 }

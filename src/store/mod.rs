@@ -35,6 +35,18 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+impl StoreError {
+    /// The statement ran but a row it returned could not be decoded (text that is not
+    /// UTF-8 in a SQLite file written before the write refused it): the database is up,
+    /// and the same rows will fail the same way until an operator fixes them.
+    pub fn is_undecodable_row(&self) -> bool {
+        matches!(
+            *self.0,
+            sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)
+        )
+    }
+}
+
 /// Why a commit wrote nothing. The session is unchanged in every case.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
@@ -492,9 +504,12 @@ impl PgStore {
         Ok(())
     }
 
-    /// Gives the lease up after an LLM failure and puts the session in backoff: no
+    /// Gives the lease up after a failure and puts the session in backoff: no
     /// summarization before `base x 2^(failures so far)`, capped at `max`, has passed.
-    /// A zero `base` records the failure without a backoff.
+    /// A zero `base` records the failure without a backoff. The failure is counted for
+    /// today under `reason` (`llm_error`, `store_error`). `owner` is the lease this
+    /// worker holds; `None` when the failing statement took none (its transaction rolled
+    /// back): the backoff is then set unless another worker holds a live lease.
     ///
     /// The exponent stops at 30 (`base` x 10^9, past any sensible `max`): `power(2, n)`
     /// overflows a double, and the statement fails, from n = 1024 on. The count itself
@@ -505,14 +520,15 @@ impl PgStore {
     pub async fn record_failure(
         &self,
         session_id: &str,
-        owner: &str,
+        owner: Option<&str>,
+        reason: &str,
         base: Duration,
         max: Duration,
     ) -> Result<(), StoreError> {
         sqlx::query(
             "WITH counted AS (
                  INSERT INTO failure_daily AS f (day, reason, failures)
-                 VALUES ((now() AT TIME ZONE 'UTC')::date, 'llm_error', 1)
+                 VALUES ((now() AT TIME ZONE 'UTC')::date, $5, 1)
                  ON CONFLICT (day, reason) DO UPDATE SET failures = f.failures + 1
              )
              UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
@@ -521,12 +537,16 @@ impl PgStore {
                      THEN now() + least($3 * power(2, least(failures, 30)), $4)
                                   * interval '1 millisecond'
                  END
-             WHERE session_id = $1 AND lease_owner = $2",
+             WHERE session_id = $1
+               AND (lease_owner = $2
+                    OR ($2::text IS NULL
+                        AND (lease_owner IS NULL OR lease_expires_at <= now())))",
         )
         .bind(session_id)
         .bind(owner)
         .bind(millis(base))
         .bind(millis(max))
+        .bind(reason)
         .execute(&self.pool)
         .await?;
         Ok(())

@@ -268,3 +268,80 @@ async fn the_shape_constraint_is_validated_on_a_new_database() {
         .unwrap();
     assert!(validated);
 }
+
+/// Found by probing: on SQLite a plain-SQL agent could store bytes that are not UTF-8 as
+/// TEXT, and every turn of that session then failed `store_error`, loading the rows, with
+/// no backoff, while `summarizer check` passed. Now the write refuses such text (as
+/// Postgres does); rows written before are named by the check with the fix, and their
+/// session backs off instead of failing every turn.
+#[tokio::test]
+async fn text_that_is_not_utf8_is_refused_found_and_its_session_backs_off() {
+    let app = spawn_app().await;
+    let bad = "INSERT INTO messages (session_id, role, content)
+               VALUES ('s', 'user', CAST(X'68FF69' AS TEXT))";
+    let refused = match &app.db {
+        // Postgres refuses the bytes themselves: a text parameter must be UTF-8.
+        TestDb::Postgres(_) => app
+            .db
+            .query("INSERT INTO messages (session_id, role, content) VALUES ('s', 'user', convert_from('\\xff'::bytea, 'UTF8'))")
+            .execute()
+            .await
+            .unwrap_err(),
+        TestDb::Sqlite(_) => app
+            .db
+            .query(bad)
+            .execute()
+            .await
+            .unwrap_err(),
+    };
+    assert!(
+        refused.to_string().contains("UTF") || refused.to_string().contains("utf"),
+        "{refused}"
+    );
+    let TestDb::Sqlite(_) = &app.db else {
+        return;
+    };
+
+    // A file written before the write refused it.
+    app.db
+        .raw("DROP TRIGGER messages_text_is_utf8_on_insert")
+        .await
+        .unwrap();
+    app.append_turns("s", 5).await;
+    app.db.query(bad).execute().await.unwrap();
+    let report = app.check().await;
+    let breach = report
+        .breaches
+        .iter()
+        .find(|b| b.invariant == "text_not_utf8")
+        .expect("found");
+    assert_eq!(breach.count, 1);
+    assert!(
+        breach.examples[0].starts_with("s: seq "),
+        "{:?}",
+        breach.examples
+    );
+    assert!(
+        report
+            .to_string()
+            .contains("DELETE FROM messages WHERE seq"),
+        "{report}"
+    );
+
+    let first = app.turn_starting("s").await;
+    assert_eq!(
+        (first.status, first.reason),
+        (
+            summarizer::outcome::Status::Failed,
+            summarizer::outcome::Reason::StoreError
+        ),
+        "{first:?}"
+    );
+    assert_eq!(app.lease_owner("s").await, None, "the lease is given back");
+    let second = app.turn_starting("s").await;
+    assert_eq!(
+        second.reason,
+        summarizer::outcome::Reason::BackingOff,
+        "{second:?}"
+    );
+}

@@ -158,8 +158,56 @@ fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
                      AND json_type(u.metadata, '$.summarization') = 'true'
                      AND json_type(u.metadata, '$.restored_at') IS NULL)"
         }
-        Invariant::CountersDrift => return None,
+        Invariant::CountersDrift | Invariant::TextNotUtf8 => return None,
     })
+}
+
+/// The text columns of `messages`, in the order [`TEXT_NOT_UTF8_SQL`] reads them.
+const TEXT_COLUMNS: [&str; 6] = [
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "external_id",
+    "extra",
+    "session_id",
+];
+
+/// Every row holding a byte outside ASCII (the others are valid UTF-8), its seq and the
+/// bytes of [`TEXT_COLUMNS`].
+const TEXT_NOT_UTF8_SQL: &str = "SELECT seq, CAST(content AS BLOB), CAST(tool_calls AS BLOB),
+        CAST(tool_call_id AS BLOB), CAST(external_id AS BLOB), CAST(extra AS BLOB),
+        CAST(session_id AS BLOB)
+    FROM messages
+    WHERE (coalesce(content, '') || char(10) || coalesce(tool_calls, '') || char(10)
+           || coalesce(tool_call_id, '') || char(10) || coalesce(external_id, '')
+           || char(10) || coalesce(extra, '') || char(10) || session_id)
+          GLOB '*[^' || char(1) || '-' || char(127) || ']*'
+    ORDER BY seq";
+
+/// The rows of `messages` whose text is not valid UTF-8, as Rust's decoder (the one the
+/// worker reads rows with) judges it. The write refuses such text
+/// (`migrations/sqlite/20261203000002_utf8_text.sql`); this finds rows written before.
+async fn text_not_utf8(pool: &sqlx::SqlitePool) -> Result<Vec<Finding>, sqlx::Error> {
+    let rows = sqlx::query(TEXT_NOT_UTF8_SQL).fetch_all(pool).await?;
+    let mut found = Vec::new();
+    for row in &rows {
+        let seq: i64 = row.try_get(0)?;
+        let mut bad = Vec::new();
+        for (i, column) in TEXT_COLUMNS.iter().enumerate() {
+            let bytes: Option<Vec<u8>> = row.try_get(i + 1)?;
+            if bytes.is_some_and(|b| std::str::from_utf8(&b).is_err()) {
+                bad.push(*column);
+            }
+        }
+        if !bad.is_empty() {
+            let session: Option<Vec<u8>> = row.try_get(TEXT_COLUMNS.len())?;
+            found.push(Finding {
+                session_id: String::from_utf8_lossy(&session.unwrap_or_default()).into_owned(),
+                detail: format!("seq {seq}: {}", bad.join(", ")),
+            });
+        }
+    }
+    Ok(found)
 }
 
 /// Every session whose stored counters differ from its messages, and every session with
@@ -216,6 +264,9 @@ impl SqliteStore {
     /// # Errors
     /// When the file cannot be read or the query fails.
     pub async fn breaches(&self, invariant: Invariant) -> Result<Vec<Finding>, StoreError> {
+        if invariant == Invariant::TextNotUtf8 {
+            return Ok(text_not_utf8(self.pool()).await?);
+        }
         let Some(sql) = breaches_sql(invariant) else {
             let drift = self.counter_drift().await?;
             return Ok(drift.iter().map(drift_finding).collect());

@@ -429,7 +429,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Gives the lease up after an LLM failure and puts the session in backoff, as
+    /// Gives the lease up after a failure and puts the session in backoff, as
     /// [`super::PgStore::record_failure`] does (the same exponent cap of 30; a product
     /// past SQLite's integers becomes a real, and the cap at `max` applies to it).
     ///
@@ -438,13 +438,14 @@ impl SqliteStore {
     pub async fn record_failure(
         &self,
         session_id: &str,
-        owner: &str,
+        owner: Option<&str>,
+        reason: &str,
         base: Duration,
         max: Duration,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         sqlx::query(count_failure_sql!())
-            .bind("llm_error")
+            .bind(reason)
             .execute(&mut *tx)
             .await?;
         sqlx::query(
@@ -453,7 +454,9 @@ impl SqliteStore {
                  retry_at = CASE WHEN ?3 > 0
                      THEN ?5 + min(?3 * (1 << min(failures, 30)), ?4)
                  END
-             WHERE session_id = ?1 AND lease_owner = ?2",
+             WHERE session_id = ?1
+               AND (lease_owner = ?2
+                    OR (?2 IS NULL AND (lease_owner IS NULL OR lease_expires_at <= ?5)))",
         )
         .bind(session_id)
         .bind(owner)

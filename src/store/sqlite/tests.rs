@@ -528,7 +528,7 @@ async fn pruning_removes_old_archives_only() {
     assert_eq!(found, vec![]);
 }
 
-const ALL_INVARIANTS: [Invariant; 10] = [
+const ALL_INVARIANTS: [Invariant; 11] = [
     Invariant::DuplicatedMessage,
     Invariant::SeveralSummaries,
     Invariant::MisplacedSummary,
@@ -539,6 +539,7 @@ const ALL_INVARIANTS: [Invariant; 10] = [
     Invariant::UsageEventMismatch,
     Invariant::SummaryWithoutCompaction,
     Invariant::CountersDrift,
+    Invariant::TextNotUtf8,
 ];
 
 /// Found by a review: SQLite fires no delete trigger for a row that INSERT OR REPLACE
@@ -642,4 +643,142 @@ async fn the_duration_buckets_are_postgres_s() {
         *expected.entry(bucket).or_default() += 1;
     }
     assert_eq!(counted, expected.into_iter().collect::<Vec<_>>());
+}
+
+/// Inserts `bytes`, cast to TEXT as plain SQL can, into `column` of a new message.
+async fn insert_text(store: &SqliteStore, column: &str, bytes: &[u8]) -> Result<(), sqlx::Error> {
+    let sql = match column {
+        "content" => {
+            "INSERT INTO messages (session_id, role, content) VALUES ('s', 'user', CAST(?1 AS TEXT))"
+        }
+        "tool_call_id" => {
+            "INSERT INTO messages (session_id, role, content, tool_call_id) VALUES ('s', 'tool', 'ok', CAST(?1 AS TEXT))"
+        }
+        "session_id" => {
+            "INSERT INTO messages (session_id, role, content) VALUES (CAST(?1 AS TEXT), 'user', 'hi')"
+        }
+        other => panic!("no insert for {other}"),
+    };
+    sqlx::query(sql)
+        .bind(bytes)
+        .execute(store.pool())
+        .await
+        .map(|_| ())
+}
+
+/// Found by probing: SQLite takes any bytes cast to TEXT, and a row the worker cannot
+/// decode failed every turn of its session with `store_error`. The write now refuses
+/// exactly what Rust's decoder refuses: random byte strings, biased to the bytes where
+/// UTF-8's rules are (leads, continuations, overlongs, surrogates, past U+10FFFF), and
+/// text made invalid by a dropped byte.
+#[tokio::test]
+async fn the_write_refuses_exactly_the_text_that_is_not_utf8() {
+    let store = store().await;
+    let mut rng = fastrand::Rng::with_seed(20_261_203);
+    const BYTES: [u8; 23] = [
+        0x41, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xe1, 0xec, 0xed,
+        0xee, 0xef, 0xf0, 0xf1, 0xf3, 0xf4, 0xf5, 0xff,
+    ];
+    const CHARS: [char; 11] = [
+        'A',
+        'é',
+        '€',
+        '😀',
+        '\u{7ff}',
+        '\u{800}',
+        '\u{ffff}',
+        '\u{10000}',
+        '\u{10ffff}',
+        '\u{d7ff}',
+        '\u{e000}',
+    ];
+    let (mut refused, mut accepted) = (0, 0);
+    for case in 0..6_000 {
+        let mut bytes: Vec<u8> = if case % 2 == 0 {
+            (0..rng.usize(1..10))
+                .map(|_| BYTES[rng.usize(..BYTES.len())])
+                .collect()
+        } else {
+            let text: String = (0..rng.usize(1..6))
+                .map(|_| CHARS[rng.usize(..CHARS.len())])
+                .collect();
+            text.into_bytes()
+        };
+        if case % 4 == 1 && bytes.len() > 1 {
+            bytes.remove(rng.usize(..bytes.len()));
+        }
+        let valid = std::str::from_utf8(&bytes).is_ok();
+        let column = ["content", "tool_call_id", "session_id"][case % 3];
+        let written = insert_text(&store, column, &bytes).await;
+        match (&written, valid) {
+            (Ok(()), true) => accepted += 1,
+            (Err(e), false) => {
+                assert!(e.to_string().contains("not valid UTF-8"), "{e}");
+                refused += 1;
+            }
+            _ => panic!("{column} {bytes:02x?}: valid {valid}, written {written:?}"),
+        }
+    }
+    assert!(refused > 1_000 && accepted > 1_000, "{refused} {accepted}");
+    // An update is held to it too, and nothing of the checks is left behind.
+    exec(
+        &store,
+        "INSERT INTO messages (session_id, role, content) VALUES ('u', 'user', 'héllo')",
+    )
+    .await;
+    let update =
+        sqlx::query("UPDATE messages SET content = CAST(X'68C3' AS TEXT) WHERE session_id = 'u'")
+            .execute(store.pool())
+            .await;
+    assert!(update.is_err(), "{update:?}");
+    let scratch: i64 = sqlx::query_scalar("SELECT count(*) FROM utf8_scratch")
+        .fetch_one(store.pool())
+        .await
+        .expect("read");
+    assert_eq!(scratch, 0);
+    let found = store
+        .breaches(Invariant::TextNotUtf8)
+        .await
+        .expect("the check runs");
+    assert_eq!(found, vec![]);
+}
+
+/// A file written before the write refused it: `summarizer check` names the row and the
+/// columns; the report's remedy says how to fix them.
+#[tokio::test]
+async fn the_check_finds_text_written_before_the_write_refused_it() {
+    let store = store().await;
+    exec(&store, "DROP TRIGGER messages_text_is_utf8_on_insert").await;
+    exec(
+        &store,
+        "INSERT INTO messages (session_id, role, content) VALUES ('s', 'user', 'fine é')",
+    )
+    .await;
+    insert_text(&store, "content", b"bad \xff byte")
+        .await
+        .expect("no trigger");
+    insert_text(&store, "tool_call_id", b"call-\xc3")
+        .await
+        .expect("no trigger");
+    let seqs: Vec<i64> = sqlx::query_scalar("SELECT seq FROM messages ORDER BY seq")
+        .fetch_all(store.pool())
+        .await
+        .expect("read");
+
+    let found = store
+        .breaches(Invariant::TextNotUtf8)
+        .await
+        .expect("the check runs");
+
+    let details: Vec<(&str, String)> = found
+        .iter()
+        .map(|f| (f.session_id.as_str(), f.detail.clone()))
+        .collect();
+    assert_eq!(
+        details,
+        [
+            ("s", format!("seq {}: content", seqs[1])),
+            ("s", format!("seq {}: tool_call_id", seqs[2])),
+        ]
+    );
 }
