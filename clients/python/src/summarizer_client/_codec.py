@@ -78,6 +78,20 @@ class Row:
         }
 
 
+def fingerprint(message: BaseMessage) -> int:
+    """What tells an edited message from the one stored, within this process: its type,
+    content, tool calls and call id. Cheap (no serialization), since every message of
+    the state is fingerprinted at every turn."""
+    return hash(
+        (
+            message.type,
+            repr(message.content),
+            repr(getattr(message, "tool_calls", None)),
+            getattr(message, "tool_call_id", None),
+        )
+    )
+
+
 def text_of(content: str | list[str | dict[Any, Any]]) -> str:
     """The text of a message's content: itself, or its text blocks joined."""
     if isinstance(content, str):

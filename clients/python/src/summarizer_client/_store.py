@@ -4,8 +4,18 @@ a worker on the same host keeps its sessions in (`sqlite:///path/to/file.db`).
 One small interface, `Store`, with one implementation per backend, chosen by the URL's
 scheme. Each backend has its own SQL; the semantics are the same:
 
-- `append_rows` inserts rows (`_codec.Row.as_json()`) in order, skipping those whose
-  external id the session already stores or has archived, and returns how many it wrote;
+- `append_rows` inserts rows (`_codec.Row.as_json()`) in order and returns how many it
+  wrote. A row whose external id the session stores already updates that row when its
+  role, text, tool calls or call id differ (an edit in place mirrored), except on the
+  worker's summaries and rows it named (`summarizer-...`), which are never rewritten. A
+  row that matches a message a compaction archived (same id, role, text, tool calls and
+  call id) is that message, sent again by a state that has not seen the compaction: it is
+  skipped. A row that only reuses an archived message's id is a new message: stored;
+- `remove_rows` deletes the session's live rows whose external id is not among the ids
+  given (the messages the agent's state holds), sparing summaries and the rows the
+  worker or plain SQL wrote (no external id, or a `summarizer-` one), and returns the ids
+  it deleted: a message the agent removed from its state is no longer summarized,
+  archived or sent to an LLM;
 - `load_rows` gives every row of the session without an external id (the worker's
   summaries, plain-SQL agents' rows) one, so that the next sync recognises it as stored
   (a summary's names the compaction in force, see `_codec.summary_compaction`), and
@@ -36,6 +46,8 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 class Store(Protocol):
     async def append_rows(self, session: str, rows: list[dict[str, Any]]) -> int: ...
+
+    async def remove_rows(self, session: str, keep: list[str]) -> list[str]: ...
 
     async def load_rows(self, session: str) -> list[tuple[Any, ...]]: ...
 
@@ -68,9 +80,25 @@ FROM jsonb_array_elements(%(rows)s) WITH ORDINALITY AS r (m, n)
 WHERE m ->> 'external_id' IS NULL OR NOT EXISTS (
     SELECT 1 FROM archived_messages a
     WHERE a.session_id = %(session)s AND a.external_id = m ->> 'external_id'
+      AND a.role = m ->> 'role' AND a.content IS NOT DISTINCT FROM m ->> 'content'
+      AND a.tool_calls IS NOT DISTINCT FROM nullif(m -> 'tool_calls', 'null')
+      AND a.tool_call_id IS NOT DISTINCT FROM m ->> 'tool_call_id'
 )
 ORDER BY n
-ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
+ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
+SET role = excluded.role, content = excluded.content, tool_calls = excluded.tool_calls,
+    tool_call_id = excluded.tool_call_id, extra = excluded.extra
+WHERE NOT messages.is_summary AND substr(messages.external_id, 1, 11) <> 'summarizer-'
+  AND (messages.role, messages.content, messages.tool_calls, messages.tool_call_id)
+      IS DISTINCT FROM (excluded.role, excluded.content, excluded.tool_calls, excluded.tool_call_id)
+"""
+
+_PG_REMOVE = """
+DELETE FROM messages
+WHERE session_id = %(session)s AND external_id IS NOT NULL AND NOT is_summary
+  AND substr(external_id, 1, 11) <> 'summarizer-'
+  AND NOT (external_id = ANY (%(keep)s))
+RETURNING external_id
 """
 
 # Tags and reads in one statement (a data-modifying CTE).
@@ -121,6 +149,11 @@ class PostgresStore:
             cursor = await conn.execute(_PG_INSERT, {"session": session, "rows": Jsonb(rows)})
             return max(cursor.rowcount, 0)
 
+    async def remove_rows(self, session: str, keep: list[str]) -> list[str]:
+        async with self._pool.connection(timeout=self._timeout) as conn:
+            cursor = await conn.execute(_PG_REMOVE, {"session": session, "keep": keep})
+            return [str(row[0]) for row in await cursor.fetchall()]
+
     async def load_rows(self, session: str) -> list[tuple[Any, ...]]:
         async with self._pool.connection(timeout=self._timeout) as conn:
             cursor = await conn.execute(_PG_LOAD, {"session": session})
@@ -144,9 +177,27 @@ FROM json_each(:rows) AS r
 WHERE json_extract(r.value, '$.external_id') IS NULL OR NOT EXISTS (
     SELECT 1 FROM archived_messages a
     WHERE a.session_id = :session AND a.external_id = json_extract(r.value, '$.external_id')
+      AND a.role = json_extract(r.value, '$.role')
+      AND a.content IS json_extract(r.value, '$.content')
+      AND a.tool_calls IS json_extract(r.value, '$.tool_calls')
+      AND a.tool_call_id IS json_extract(r.value, '$.tool_call_id')
 )
 ORDER BY r.key
-ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO NOTHING
+ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
+SET role = excluded.role, content = excluded.content, tool_calls = excluded.tool_calls,
+    tool_call_id = excluded.tool_call_id, extra = excluded.extra
+WHERE NOT messages.is_summary AND substr(messages.external_id, 1, 11) <> 'summarizer-'
+  AND (messages.role IS NOT excluded.role OR messages.content IS NOT excluded.content
+       OR messages.tool_calls IS NOT excluded.tool_calls
+       OR messages.tool_call_id IS NOT excluded.tool_call_id)
+"""
+
+_SQLITE_REMOVE = """
+DELETE FROM messages
+WHERE session_id = :session AND external_id IS NOT NULL AND NOT is_summary
+  AND substr(external_id, 1, 11) <> 'summarizer-'
+  AND external_id NOT IN (SELECT value FROM json_each(:keep))
+RETURNING external_id
 """
 
 # As _PG_LOAD, in two statements of one write transaction: SQLite has no data-modifying
@@ -244,6 +295,9 @@ class SqliteStore:
         rows = [{**row, "tool_calls": _jsonb_text(row["tool_calls"])} for row in rows]
         return await _on(self._executor, self._append, session, json.dumps(rows))
 
+    async def remove_rows(self, session: str, keep: list[str]) -> list[str]:
+        return await _on(self._executor, self._remove, session, json.dumps(keep))
+
     async def load_rows(self, session: str) -> list[tuple[Any, ...]]:
         return await _on(self._executor, self._load, session)
 
@@ -259,6 +313,10 @@ class SqliteStore:
         # One statement, so one implicit transaction, which takes the write lock first.
         cursor = self._conn.execute(_SQLITE_INSERT, {"session": session, "rows": rows})
         return max(cursor.rowcount, 0)
+
+    def _remove(self, session: str, keep: str) -> list[str]:
+        rows = self._conn.execute(_SQLITE_REMOVE, {"session": session, "keep": keep}).fetchall()
+        return [str(row[0]) for row in rows]
 
     def _load(self, session: str) -> list[tuple[Any, ...]]:
         conn = self._conn

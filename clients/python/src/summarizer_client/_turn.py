@@ -33,10 +33,23 @@ class Turn:
 
 
 async def store_new(client: SummarizerClient, session_id: str, messages: Sequence[BaseMessage]) -> bool:
-    """Stores the messages not known to be stored. Returns whether the table now holds
+    """Mirrors the state in the table: deletes the rows of messages the state no longer
+    holds (a `RemoveMessage`: a secret pasted by mistake is then never summarized,
+    archived or sent to an LLM), before anything else, then stores the messages not
+    known to be stored and those edited since. The first sync of a session in this
+    process compares with the table itself. Returns whether the table now holds
     everything in `messages` (False after a database failure, logged once)."""
     try:
-        new = [m for m in messages if m.id and m.id not in client._stored.get(session_id, set())]
+        from ._codec import ROW_ID_PREFIX, SUMMARY_ID_PREFIX, fingerprint
+
+        known = client._stored.get(session_id)
+        in_state = [m.id for m in messages if m.id]
+        held = set(in_state)
+        ours = (SUMMARY_ID_PREFIX, ROW_ID_PREFIX)
+        if known is None or any(i not in held and not i.startswith(ours) for i in known):
+            await client._remove_missing(session_id, in_state)
+            known = client._stored.get(session_id, {})
+        new = [m for m in messages if m.id and known.get(m.id) != fingerprint(m)]
         if new:
             await client._append(session_id, new)
         client.warnings.cleared("store")

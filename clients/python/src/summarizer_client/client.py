@@ -102,9 +102,10 @@ class SummarizerClient:
         self._store: Store | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._closed = False
-        # Per session, the message ids this process knows are stored (or archived):
-        # a sync sends only the others.
-        self._stored: dict[str, set[str]] = {}
+        # Per session, the message ids this process knows are stored (or archived), each
+        # with the fingerprint of the row it was stored as: a sync sends only the new and
+        # the edited ones, and removes from the table what the state no longer holds.
+        self._stored: dict[str, dict[str, int]] = {}
 
     def __repr__(self) -> str:
         # The database URL may hold a password: never shown.
@@ -149,8 +150,10 @@ class SummarizerClient:
 
     async def append(self, session_id: str, messages: Sequence[BaseMessage]) -> int:
         """Stores `messages` in order, each once per session by its id (messages without
-        one are always stored); never again one a compaction archived. Returns how many
-        rows were written.
+        one are always stored). A message stored before with other text (or role, tool
+        calls, call id) updates its row: an edit in place is mirrored. One that a
+        compaction archived, sent again unchanged, is not stored again; a new message
+        that only reuses an archived message's id is. Returns how many rows were written.
 
         Raises on database errors (it is not on the fail-open turn path)."""
         return await self._loop.run(self._append(session_id, list(messages)))
@@ -381,29 +384,38 @@ class SummarizerClient:
         return self._store
 
     async def _append(self, session_id: str, messages: list[BaseMessage]) -> int:
-        from ._codec import to_row
+        from ._codec import fingerprint, to_row
 
         if not messages:
             return 0
         await self._ensure_connected()
-        rows = [to_row(m).as_json() for m in messages]
-        written = await self._require_store().append_rows(session_id, rows)
-        known = self._stored.setdefault(session_id, set())
-        known.update(m.id for m in messages if m.id)
+        # One row per id, as the table holds one: the last version of a message wins.
+        latest: dict[str, int] = {m.id: i for i, m in enumerate(messages) if m.id}
+        batch = [m for i, m in enumerate(messages) if not m.id or latest[m.id] == i]
+        rows = [to_row(m) for m in batch]
+        written = await self._require_store().append_rows(session_id, [r.as_json() for r in rows])
+        known = self._stored.setdefault(session_id, {})
+        known.update((m.id, fingerprint(m)) for m in batch if m.id)
         return written
 
+    async def _remove_missing(self, session_id: str, keep: list[str]) -> list[str]:
+        """Deletes the session's mirrored rows whose message `keep` (the state's ids) no
+        longer holds (see `_store.Store.remove_rows`)."""
+        await self._ensure_connected()
+        removed = await self._require_store().remove_rows(session_id, keep)
+        known = self._stored.setdefault(session_id, {})
+        for gone in removed:
+            known.pop(gone, None)
+        return removed
+
     async def _load(self, session_id: str) -> list[BaseMessage]:
-        from ._codec import from_row
+        from ._codec import fingerprint, from_row
 
         await self._ensure_connected()
         rows = await self._require_store().load_rows(session_id)
         history = [from_row(*row) for row in rows]
-        self._stored[session_id] = {m.id for m in history if m.id}
+        self._stored[session_id] = {m.id: fingerprint(m) for m in history if m.id}
         return history
-
-    async def _unstored(self, session_id: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        known = self._stored.get(session_id, set())
-        return [m for m in messages if m.id and m.id not in known]
 
 
 async def _close_quietly(nc: Nats) -> None:
