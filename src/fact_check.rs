@@ -12,6 +12,7 @@
 use crate::config::{FactCheck, FactCheckMode};
 use crate::facts::{FactSet, Recall};
 use crate::llm::Summary;
+use crate::llm::prompt::MAX_LISTED_FACT_CHARS;
 
 /// A summary that passed [`crate::summary::check`], with its recall.
 #[derive(Clone, Debug, PartialEq)]
@@ -71,17 +72,22 @@ pub fn worth_retrying(policy: FactCheck, recall: &Recall) -> bool {
     policy.mode == FactCheckMode::Retry && recall.ratio() < policy.min_recall
 }
 
-/// Whether any summary within `max_chars` could keep `min_recall` of `facts`: the
-/// shortest that many identifiers, each with a separator, fit in it. When they cannot (a
-/// log dump of thousands of distinct ids), a second attempt could not reach the minimum
-/// whatever the LLM did, and would only pay for another call (and, in chunks, another
-/// pass over the whole old part).
+/// Whether any summary within `max_chars` could keep `min_recall` of the identifiers a
+/// summary can copy (those of at most [`MAX_LISTED_FACT_CHARS`] characters, the ones a
+/// second attempt lists): the shortest that many, each with a separator, fit in it. When
+/// they cannot (a log dump of thousands of distinct ids), a second attempt could not
+/// reach the minimum whatever the LLM did, and would only pay for another call (and, in
+/// chunks, another pass over the whole old part). Longer "identifiers" (a 50 KB token
+/// in a dump) are left out of the count, so that one of them cannot stop the attempt
+/// for the ordinary facts beside it.
 pub fn attainable(facts: &FactSet, min_recall: f64, max_chars: usize) -> bool {
-    let needed = (min_recall * facts.len() as f64).ceil() as usize;
     let mut lengths: Vec<usize> = facts
         .iter()
-        .map(|(_, text)| text.chars().count() + 2)
+        .map(|(_, text)| text.chars().count())
+        .filter(|&n| n <= MAX_LISTED_FACT_CHARS)
+        .map(|n| n + 2)
         .collect();
+    let needed = (min_recall * lengths.len() as f64).ceil() as usize;
     lengths.sort_unstable();
     lengths.iter().take(needed).sum::<usize>() <= max_chars
 }
@@ -223,5 +229,18 @@ mod tests {
         assert!(attainable(&many, 0.8, 1_600 * 14));
         assert!(!attainable(&many, 0.8, 1_600 * 14 - 1));
         assert!(attainable(&FactSet::default(), 0.8, 10));
+    }
+
+    #[test]
+    fn one_huge_pseudo_identifier_does_not_stop_the_attempt_for_ordinary_facts() {
+        let blob = format!("tok-{}", "a1".repeat(25_000));
+        let text = format!("pg-primary-1 at 97% since 14:05:12 on v2.14.3, then {blob}");
+        let facts = FactSet::of_text(&text);
+        assert!(
+            facts.iter().any(|(_, t)| t.chars().count() > 50_000),
+            "the blob is one identifier"
+        );
+        assert!(attainable(&facts, 0.8, 6_000));
+        assert!(attainable(&facts, 1.0, 6_000));
     }
 }
