@@ -23,13 +23,19 @@ def everything(database_url: str, session: str) -> list[dict[str, Any]]:
     return rows(database_url, "messages", session) + rows(database_url, "archived_messages", session)
 
 
-async def test_a_message_removed_from_the_state_is_deleted_and_never_summarized(
-    client: SummarizerClient, database_url: str
-) -> None:
+async def agent_that_was_told_a_secret(client: SummarizerClient) -> tuple[str, Any, Any]:
+    """A graph with `summarizer_node` whose first turn holds `SECRET` (id `pasted`)."""
     session = session_id()
     graph = agent_graph(ScriptedModel(), summarizer_node(client)).compile(checkpointer=InMemorySaver())
     config: Any = {"configurable": {"thread_id": session}}
     await graph.ainvoke({"messages": [HumanMessage(content=SECRET, id="pasted")]}, config)
+    return session, graph, config
+
+
+async def test_a_message_removed_from_the_state_is_deleted_and_never_summarized(
+    client: SummarizerClient, database_url: str
+) -> None:
+    session, graph, config = await agent_that_was_told_a_secret(client)
     assert any(SECRET in (r["content"] or "") for r in rows(database_url, "messages", session))
 
     # The agent takes the message out of its state.
@@ -49,10 +55,7 @@ async def test_a_message_removed_from_the_state_is_deleted_and_never_summarized(
 async def test_an_edit_in_place_is_mirrored_and_an_unchanged_state_writes_nothing(
     client: SummarizerClient, database_url: str
 ) -> None:
-    session = session_id()
-    graph = agent_graph(ScriptedModel(), summarizer_node(client)).compile(checkpointer=InMemorySaver())
-    config: Any = {"configurable": {"thread_id": session}}
-    await graph.ainvoke({"messages": [HumanMessage(content=SECRET, id="pasted")]}, config)
+    session, graph, config = await agent_that_was_told_a_secret(client)
     before = {r["external_id"]: r["seq"] for r in rows(database_url, "messages", session)}
 
     # The same id with new text replaces the message in the state (add_messages).
