@@ -299,6 +299,60 @@ async fn a_late_result_of_a_call_in_the_pending_prefix_drops_the_pending_summary
     );
 }
 
+/// A model server that names every call `call_0`: each kept result answers the kept
+/// call of that id, not the archived ones, so the pending summary is applied.
+#[tokio::test]
+async fn reused_call_ids_in_the_kept_part_do_not_drop_the_pending_summary() {
+    let app = spawn_app_with(&[ON]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    let app = &app;
+    let turn = |n: usize| async move {
+        let calls = serde_json::json!([{"id": "call_0", "name": "get_logs", "arguments": {}}]);
+        app.append(
+            "s",
+            "user",
+            &format!("Turn {n}: why? {}", crate::helpers::filler(40)),
+            None,
+            None,
+        )
+        .await;
+        app.append("s", "assistant", "", Some(calls), None).await;
+        app.append(
+            "s",
+            "tool",
+            &format!("pool exhausted {}", crate::helpers::filler(300)),
+            None,
+            Some("call_0"),
+        )
+        .await;
+        app.append(
+            "s",
+            "assistant",
+            &format!("Finding {n} {}", crate::helpers::filler(330)),
+            None,
+            None,
+        )
+        .await;
+    };
+    for n in 1..=3 {
+        turn(n).await;
+    }
+    app.turn_starting("s").await;
+    until_pending(&app, "s").await;
+    turn(4).await;
+
+    let reply = app.turn_starting("s").await;
+
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    assert_eq!(
+        app.llm_requests().await,
+        1,
+        "applied from the pending summary"
+    );
+    assert_eq!(app.usage_events("s").await[0].4["precomputed"], true);
+    assert!(app.check().await.is_clean());
+}
+
 #[tokio::test]
 async fn a_session_that_outgrew_its_pending_summary_is_compacted_as_usual() {
     let app = spawn_app_with(&[ON]).await;
