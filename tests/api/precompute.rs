@@ -338,7 +338,7 @@ async fn reused_call_ids_in_the_kept_part_do_not_drop_the_pending_summary() {
         turn(n).await;
     }
     app.turn_starting("s").await;
-    until_pending(&app, "s").await;
+    until_pending(app, "s").await;
     turn(4).await;
 
     let reply = app.turn_starting("s").await;
