@@ -110,3 +110,32 @@ async def test_a_new_message_reusing_an_archived_id_is_stored_and_summarized_lat
     assert (await client.turn_starting(session)).compacted
     texts = [r["content"] for r in rows(database_url, "archived_messages", session) if r["external_id"] == reused]
     assert texts == [history[0].content, turn.content], "both kept, nothing vanished"
+
+
+async def test_a_removed_message_that_was_archived_is_looked_for_once(
+    client: SummarizerClient, database_url: str
+) -> None:
+    """Removing from the state a message the table no longer holds (archived by a
+    compaction the state has not loaded) deletes nothing, and later turns do not ask the
+    table again."""
+    from summarizer_client._turn import store_new
+
+    session = session_id()
+    history = conversation(session, 6)
+    assert await client.run(store_new(client, session, history))
+    assert (await client.turn_starting(session)).compacted
+    archived = rows(database_url, "archived_messages", session)[0]["external_id"]
+    state = [m for m in history if m.id != archived]
+    calls: list[list[str]] = []
+    remove = client._remove_missing
+
+    async def counted(session_id: str, keep: list[str]) -> list[str]:
+        removed = await remove(session_id, keep)
+        calls.append(removed)
+        return removed
+
+    client._remove_missing = counted  # type: ignore[method-assign]
+    for _ in range(3):
+        assert await client.run(store_new(client, session, state))
+    assert calls == [[]], "one look, nothing deleted"
+    assert archived in {r["external_id"] for r in rows(database_url, "archived_messages", session)}

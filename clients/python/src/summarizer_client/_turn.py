@@ -48,7 +48,12 @@ async def store_new(client: SummarizerClient, session_id: str, messages: Sequenc
         ours = (SUMMARY_ID_PREFIX, ROW_ID_PREFIX)
         if known is None or any(i not in held and not i.startswith(ours) for i in known):
             await client._remove_missing(session_id, in_state)
-            known = client._stored.get(session_id, {})
+            # Forgotten whether deleted now or gone already (archived, deleted by hand):
+            # the state no longer holds them, so the next turn need not look again.
+            known = {
+                i: f for i, f in client._stored.get(session_id, {}).items() if i in held or i.startswith(ours)
+            }
+            client._stored[session_id] = known
         new = [m for m in messages if m.id and known.get(m.id) != fingerprint(m)]
         if new:
             await client._append(session_id, new)
