@@ -38,6 +38,13 @@ use crate::message::Message;
 /// a quarter of the configured budget, past which the setting is wrong, not a little off.
 pub const MAX_SHRINKS: usize = 4;
 
+/// How long past `LLM_DEADLINE_MS` the whole summarization is cut short. A provider's
+/// own retries end by the same deadline counted from its request's start, a moment after
+/// this summarization's, and then report their own cause (the last `HTTP 500`, say): cut
+/// at exactly the deadline, a retry wait or attempt ending in that moment was reported as
+/// "deadline reached" instead. The lease (`LEASE_DURATION_MS`) has room for far more.
+const PROVIDER_GRACE: Duration = Duration::from_millis(250);
+
 /// Answers cut off at the output limit survived in one summarization before it fails:
 /// each is asked again, for a shorter summary, with half as much room again.
 pub const MAX_TRUNCATIONS: usize = 2;
@@ -107,7 +114,7 @@ impl LlmSummarizer {
         model: Option<&str>,
         missing: Option<MissingFacts>,
     ) -> Result<Summary, LlmError> {
-        let deadline = Instant::now() + self.deadline;
+        let deadline = Instant::now() + self.deadline + PROVIDER_GRACE;
         let large = old.iter().map(|m| m.content.len()).sum::<usize>() > OFF_THREAD_CHARS;
         let (context, owned, system) = (
             context.to_vec(),
