@@ -58,7 +58,7 @@ use crate::worker::{Event, Worker};
 use summarizer_client::jobs::REPLY_TO_HEADER;
 
 /// The consumer's `max_ack_pending` when this worker creates it: room for a fleet of
-/// 300 workers at the default `WORKER_CONCURRENCY` (see the README on sizing).
+/// 300 workers at the default `WORKER_CONCURRENCY` (see docs/operations.md on sizing).
 const MAX_ACK_PENDING: i64 = 10_000;
 /// How long a pull waits for jobs when the stream is empty.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);

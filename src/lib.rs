@@ -3,7 +3,7 @@
 //! Before each turn an agent asks, over NATS, whether its session needs compacting. A
 //! worker checks the session's size in Postgres and, when it is over the threshold,
 //! replaces the oldest part of the history with one structured summary. See
-//! `DESIGN.md` for the contract and README.md for running it.
+//! `docs/protocol.md` for the contract and README.md for running it.
 //!
 //! # Layout
 //! The pure core (no I/O), then the edges that wrap it:

@@ -1,4 +1,4 @@
-//! The wire contract (DESIGN.md section 1), from `summarizer-client`: the worker decodes
+//! The wire contract (docs/protocol.md), from `summarizer-client`: the worker decodes
 //! and answers with the very types agents use.
 
 pub use summarizer_client::protocol::*;

@@ -802,7 +802,7 @@ fn plan(loaded: Loaded, limits: Limits) -> Result<Plan, Reason> {
 }
 
 /// The tokens of the removed messages' content and tool calls: what `chars` measures
-/// (DESIGN.md section 2), in `o200k_base` tokens, for the usage event.
+/// (docs/protocol.md, "The schema"), in `o200k_base` tokens, for the usage event.
 fn removed_tokens<'a>(removed: impl Iterator<Item = &'a Message>) -> i64 {
     let tokens: usize = removed
         .map(|m| {

@@ -13,7 +13,7 @@ use super::table::*;
 use super::{ConfigError, LogFormat, Secret, redact_url};
 use crate::llm::prompt::Prompt;
 
-/// When and how much to compact (DESIGN.md section 3).
+/// When and how much to compact (docs/compaction.md, "When and what is compacted").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// A session strictly larger than this many chars is compacted.

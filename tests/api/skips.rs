@@ -1,4 +1,4 @@
-//! Every skip reason of DESIGN.md section 3, produced by a real request over NATS.
+//! Every skip reason of docs/compaction.md ("When and what is compacted"), produced by a real request over NATS.
 
 use summarizer::outcome::{Reason, Status};
 

@@ -1,4 +1,4 @@
-//! The wire contract (DESIGN.md section 1): the turn-starting request and its reply, as
+//! The wire contract (docs/protocol.md): the turn-starting request and its reply, as
 //! JSON. Agents in any language depend on these shapes; fields are only ever added.
 
 use serde::{Deserialize, Serialize};
