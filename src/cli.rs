@@ -16,7 +16,7 @@ use crate::client::{Decision, TurnClient};
 use crate::config::{Settings, redact_url};
 use crate::overrides::{self, Change, Overrides};
 use crate::store::{SettingsError, SharedStore, Store};
-use crate::{check, demo, telemetry, transport};
+use crate::{audit, demo, telemetry, transport};
 
 /// Exit code for a configuration error (sysexits' EX_USAGE).
 pub const EXIT_CONFIG: u8 = 64;
@@ -279,7 +279,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             );
         }
         Command::Check { json } => {
-            let report = check::run(store(&settings)?.as_ref())
+            let report = audit::run(store(&settings)?.as_ref())
                 .await
                 .context("checking")?;
             if json {

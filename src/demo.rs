@@ -294,7 +294,7 @@ fn print_history(title: &str, messages: &[Message]) {
         let mut preview: String = m.content.split_whitespace().collect::<Vec<_>>().join(" ");
         if let Some(calls) = m.tool_calls.as_ref().and_then(Value::as_array) {
             for call in calls {
-                let (name, args) = crate::llm::prompt::call_parts(call);
+                let (name, args) = crate::prompt::call_parts(call);
                 preview.push_str(&format!(" → {name}({args})"));
             }
         }

@@ -18,16 +18,18 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::config::{FactCheck, Limits, Provider, Settings};
-use crate::llm::{self, Summarizer};
+use crate::llm;
 use crate::metrics::Metrics;
+use crate::summarizer::Summarizer;
 use corpus::Scenario;
 use play::Play;
 
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
-    /// The directory of `*.json` scripts.
-    #[arg(long, default_value = "tests/fixtures/eval")]
-    pub corpus: PathBuf,
+    /// A directory of `*.json` scripts to play instead of the corpus built into the
+    /// binary (`src/eval/corpus/`).
+    #[arg(long)]
+    pub corpus: Option<PathBuf>,
     /// Also evaluate this provider, as configured (LLM_BASE_URL, LLM_MODEL,
     /// LLM_API_KEY): openai or anthropic. It makes real, billed requests.
     #[arg(long, value_parser = ["openai", "anthropic"])]
@@ -70,7 +72,10 @@ pub const AFTER: [usize; 3] = [1, 2, 5];
 /// # Errors
 /// The corpus cannot be loaded, or the provider's client cannot be built.
 pub async fn run(settings: Settings, args: EvalArgs) -> anyhow::Result<()> {
-    let corpus = corpus::load_dir(&args.corpus)?;
+    let corpus = match &args.corpus {
+        Some(dir) => corpus::load_dir(dir)?,
+        None => corpus::built_in()?,
+    };
     let metrics = Arc::new(Metrics::new(1));
     let mut summarizers: Vec<(String, Box<dyn Summarizer>)> = Vec::new();
     let mut extractive = settings.llm.clone();
@@ -365,17 +370,14 @@ impl fmt::Display for Report {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
-    use crate::llm::Extractive;
+    use crate::extractive::Extractive;
 
     /// The extractive summarizer on the corpus at the seed's defaults: its figures are
-    /// deterministic, so these floors (issue 11's targets) hold exactly or fail.
+    /// deterministic, so these floors hold exactly or fail.
     #[tokio::test]
     async fn the_extractive_summarizer_keeps_the_corpus_facts_above_the_floors() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval");
-        let corpus = corpus::load_dir(&dir).unwrap();
+        let corpus = corpus::built_in().unwrap();
         let report = evaluate(
             "extractive",
             &Extractive::new(6_000),

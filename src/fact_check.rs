@@ -11,10 +11,10 @@
 
 use crate::config::{FactCheck, FactCheckMode};
 use crate::facts::{FactSet, Recall};
-use crate::llm::Summary;
-use crate::llm::prompt::MAX_LISTED_FACT_CHARS;
+use crate::prompt::MAX_LISTED_FACT_CHARS;
+use crate::summary::Summary;
 
-/// A summary that passed [`crate::summary::check`], with its recall.
+/// A summary that passed [`crate::summary::accept`], with its recall.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Checked {
     pub summary: Summary,

@@ -6,43 +6,53 @@
 //! `docs/protocol.md` for the contract and README.md for running it.
 //!
 //! # Layout
-//! The pure core (no I/O), then the edges that wrap it:
-//! - [`config`]: typed settings from the environment, `.env` and a file, validated once.
+//! Each module imports only modules listed before it here (a unit test,
+//! `layering::no_module_imports_one_that_imports_it_back`, holds the crate to it). The
+//! pure core first (no I/O):
 //! - [`message`]: a session's messages, as the public `messages` table holds them.
-//! - [`planner`]: which oldest messages a compaction replaces; [`overrides`]: the limits
-//!   one event runs with (request, then session, then configuration, clamped).
-//! - [`summary`]: the seed's summary template and the check every summary passes;
-//!   [`facts`]: the identifiers a summary must keep, and its recall of them;
-//!   [`fact_check`]: what is done about a summary that lost some.
 //! - [`outcome`]: what happened to an event: the vocabulary of replies, logs and tests;
 //!   [`protocol`]: the wire request and reply, with validation. Both come from the
 //!   `summarizer-client` crate, which agents embed, so the two sides share one contract.
-//! - [`llm`]: summarizers: the offline extractive one, and one summarizer over the
-//!   OpenAI-compatible and Anthropic providers that keeps every request within a token
-//!   budget (chunks, clipping); the extractive fallback; the prompt.
-//! - [`store`]: Postgres: counters, the lease, the fenced commit, the aggregates.
-//! - [`worker`]: one event start to finish ([`worker::Worker::process`]).
-//! - [`transport`]: the NATS queue-group loop, bounded, with drain on shutdown.
+//! - [`summary`]: the summary record, the seed's template and [`summary::accept`], which
+//!   every summary passes; [`facts`]: the identifiers a summary must keep, and its recall
+//!   of them; [`prompt`]: what an LLM is asked.
+//! - [`config`]: typed settings from the environment, `.env` and a file, validated once.
+//! - [`planner`]: which oldest messages a compaction replaces; [`overrides`]: the limits
+//!   one event runs with (request, then session, then configuration, clamped).
+//! - [`fact_check`]: what is done about a summary that lost facts.
+//! - [`summarizer`]: the interface every summarizer implements; [`extractive`]: the
+//!   offline one, which needs no key.
+//!
+//! Then the edges that wrap it:
+//! - [`telemetry`]: logs, with secrets scrubbed and text-log escaping; [`metrics`]: the
+//!   Prometheus registry.
+//! - [`llm`]: the summarizer over the OpenAI-compatible and Anthropic providers that keeps
+//!   every request within a token budget (chunks, clipping), and the extractive fallback.
+//! - [`store`]: the `Store` interface and its two backends, Postgres and SQLite: counters,
+//!   the lease, the fenced commit, the aggregates.
+//! - [`health`]: readiness; [`worker`]: one event start to finish
+//!   ([`worker::Worker::process`]).
+//! - [`transport`]: the NATS queue-group loop, bounded, with drain on shutdown; [`jobs`]:
+//!   durable jobs on JetStream.
 //! - [`client`]: what Rust agents call before a turn (`summarizer-client`'s); never
 //!   fails, always "proceed".
-//! - [`http`]: `GET /stats`, `/healthz`, `/readyz`, `/metrics`; [`health`]: readiness;
-//!   [`metrics`]: the Prometheus registry.
-//! - [`check`]: invariants over the whole database (`summarizer check`).
+//! - [`http`]: `GET /stats`, `/healthz`, `/readyz`, `/metrics`.
+//! - [`audit`]: invariants over the whole database (`summarizer check`).
 //! - [`eval`]: `summarizer eval`, fact recall measured on a corpus of scripted
-//!   investigations.
-//! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands;
-//!   [`telemetry`]: logs, with secrets scrubbed and text-log escaping.
+//!   investigations built into the binary.
+//! - [`app`]: wiring a worker from settings; [`cli`] and [`demo`]: the binary's commands.
 //!
 //! The benchmark, the chaos run and the fakes live in the `summarizer-lab` crate
 //! (`crates/lab`), which never ships with the worker.
 
 pub mod app;
-pub mod check;
+pub mod audit;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod demo;
 pub mod eval;
+pub mod extractive;
 pub mod fact_check;
 pub mod facts;
 pub mod health;
@@ -54,11 +64,16 @@ pub mod metrics;
 pub mod outcome;
 pub mod overrides;
 pub mod planner;
+pub mod prompt;
 pub mod protocol;
 pub mod store;
+pub mod summarizer;
 pub mod summary;
 pub mod telemetry;
 pub mod transport;
 pub mod worker;
 
 pub use summarizer_client::error_chain;
+
+#[cfg(test)]
+mod layering;

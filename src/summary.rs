@@ -1,4 +1,5 @@
-//! The seed's summary template, and the check every summary passes before it is written.
+//! A summary: the record a summarizer produces ([`Summary`]), the seed's template it
+//! follows, and [`accept`], which every summary passes before it is written.
 
 use crate::message::char_count;
 
@@ -18,6 +19,35 @@ pub const TEMPLATE: &str = "\
 **Ruled out:** <list or \"nothing ruled out yet\">
 **Current state:** <where the investigation is now>";
 
+/// A summary as a [`crate::summarizer::Summarizer`] produced it, before [`accept`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub text: String,
+    /// The model that wrote it, as the provider reported it.
+    pub model: String,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    /// The version of the prompt that asked for it ([`crate::prompt::Prompt::version`]); `None`
+    /// when no prompt did (the extractive summarizer).
+    pub prompt_version: Option<String>,
+    /// Set when the configured LLM failed and `LLM_FALLBACK` wrote this summary instead:
+    /// the LLM's error, which carries no secret (see `llm::http::scrub`).
+    pub fallback_reason: Option<String>,
+}
+
+impl Summary {
+    /// Adds `other`'s token usage to this one's: a summary that took several calls
+    /// (chunks, a second attempt) reports what all of them cost.
+    pub fn add_usage(&mut self, other: &Summary) {
+        let add = |a: Option<i64>, b: Option<i64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        self.prompt_tokens = add(self.prompt_tokens, other.prompt_tokens);
+        self.completion_tokens = add(self.completion_tokens, other.completion_tokens);
+    }
+}
+
 /// Why a summary was refused; the caller treats it as an LLM failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Rejected {
@@ -36,13 +66,13 @@ pub enum Rejected {
     TooLong { summary_chars: i64, max_chars: i64 },
 }
 
-/// Trims `text` and checks it can replace `replaced_chars` characters of history.
+/// Trims `text` and accepts it if it can replace `replaced_chars` characters of history.
 ///
 /// # Errors
 /// [`Rejected`] when the summary is empty, lacks a heading of the template, is not
 /// strictly shorter than what it replaces, or is longer than `max_chars`
 /// (`SUMMARY_MAX_CHARS`).
-pub fn check(text: &str, replaced_chars: i64, max_chars: i64) -> Result<String, Rejected> {
+pub fn accept(text: &str, replaced_chars: i64, max_chars: i64) -> Result<String, Rejected> {
     let text = strip_fence(text.trim()).trim();
     if text.is_empty() {
         return Err(Rejected::Empty);
@@ -87,7 +117,7 @@ mod tests {
     #[test]
     fn a_complete_shorter_summary_passes_trimmed() {
         assert_eq!(
-            check(&format!("\n  {GOOD}\n"), 10_000, 6_000).unwrap(),
+            accept(&format!("\n  {GOOD}\n"), 10_000, 6_000).unwrap(),
             GOOD
         );
     }
@@ -95,21 +125,21 @@ mod tests {
     #[test]
     fn a_fenced_summary_is_unwrapped() {
         assert_eq!(
-            check(&format!("```markdown\n{GOOD}\n```"), 10_000, 6_000).unwrap(),
+            accept(&format!("```markdown\n{GOOD}\n```"), 10_000, 6_000).unwrap(),
             GOOD
         );
     }
 
     #[test]
     fn empty_missing_headings_and_longer_are_rejected() {
-        assert_eq!(check("  \n", 100, 6_000), Err(Rejected::Empty));
+        assert_eq!(accept("  \n", 100, 6_000), Err(Rejected::Empty));
         assert_eq!(
-            check(&GOOD.replace(RULED_OUT, "Ruled out:"), 10_000, 6_000),
+            accept(&GOOD.replace(RULED_OUT, "Ruled out:"), 10_000, 6_000),
             Err(Rejected::MissingHeading(RULED_OUT))
         );
         let n = char_count(GOOD);
         assert_eq!(
-            check(GOOD, n, 6_000),
+            accept(GOOD, n, 6_000),
             Err(Rejected::NotShorter {
                 summary_chars: n,
                 replaced_chars: n
@@ -120,9 +150,9 @@ mod tests {
     #[test]
     fn a_summary_over_summary_max_chars_is_rejected_even_when_shorter() {
         let n = char_count(GOOD);
-        assert_eq!(check(GOOD, 10_000, n), Ok(GOOD.to_owned()));
+        assert_eq!(accept(GOOD, 10_000, n), Ok(GOOD.to_owned()));
         assert_eq!(
-            check(GOOD, 10_000, n - 1),
+            accept(GOOD, 10_000, n - 1),
             Err(Rejected::TooLong {
                 summary_chars: n,
                 max_chars: n - 1

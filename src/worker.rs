@@ -24,7 +24,7 @@ use tracing::Instrument;
 
 use crate::config::{Bounds, FactCheck, Limits, Precompute};
 use crate::fact_check::Figures;
-use crate::llm::{Summarizer, Summary, tokens};
+use crate::llm::tokens;
 use crate::message::{Message, Role, char_count};
 use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
@@ -33,7 +33,9 @@ use crate::planner;
 use crate::store::{
     Applied, CommitError, CounterReader, Counters, Loaded, NewSummary, SharedStore, StoreError,
 };
+use crate::summarizer::Summarizer;
 use crate::summary;
+use crate::summary::Summary;
 
 mod facts;
 mod precompute;
@@ -570,7 +572,7 @@ impl Worker {
             self.metrics.llm_failed(e.metric_cause());
             llm_failure(rid, e.to_string())
         })?;
-        match summary::check(
+        match summary::accept(
             &summary.text,
             plan.chars_removed,
             self.policy.summary_max_chars,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::source::Raw;
 use super::table::*;
 use super::{ConfigError, LogFormat, Secret, redact_url};
-use crate::llm::prompt::Prompt;
+use crate::prompt::Prompt;
 
 /// When and how much to compact (docs/compaction.md, "When and what is compacted").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

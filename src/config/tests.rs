@@ -316,7 +316,7 @@ fn a_prompt_file_replaces_the_prompt_only_when_it_asks_for_the_headings() {
     assert!(message.contains("**Investigating:**"), "{message}");
     assert_eq!(
         load(&[]).unwrap().llm.prompt,
-        crate::llm::prompt::Prompt::default()
+        crate::prompt::Prompt::default()
     );
 }
 

@@ -1,4 +1,5 @@
-//! The evaluation corpus: scripted investigations in `tests/fixtures/eval/`, each a
+//! The evaluation corpus: scripted investigations (`src/eval/corpus/*.json`, built into
+//! the binary by [`built_in`], so the worker's image runs `summarizer eval`), each a
 //! history of human asks, tool calls, tool output and the agent's answers in phases,
 //! with the facts each phase plants.
 //!
@@ -142,6 +143,39 @@ impl Scenario {
     }
 }
 
+/// The corpus built into the binary, by file name.
+const BUILT_IN: [(&str, &str); 6] = [
+    ("bad-deploy.json", include_str!("corpus/bad-deploy.json")),
+    (
+        "certificate-expiry.json",
+        include_str!("corpus/certificate-expiry.json"),
+    ),
+    (
+        "database-saturation.json",
+        include_str!("corpus/database-saturation.json"),
+    ),
+    ("memory-leak.json", include_str!("corpus/memory-leak.json")),
+    (
+        "network-partition.json",
+        include_str!("corpus/network-partition.json"),
+    ),
+    (
+        "security-incident.json",
+        include_str!("corpus/security-incident.json"),
+    ),
+];
+
+/// The corpus built into the binary, played out, sorted by name.
+///
+/// # Errors
+/// As [`load_dir`]; a test loads it, so a release never fails here.
+pub fn built_in() -> anyhow::Result<Vec<Scenario>> {
+    BUILT_IN
+        .iter()
+        .map(|(name, text)| parse(name, text))
+        .collect()
+}
+
 /// Every `*.json` script in `dir`, played out, sorted by name.
 ///
 /// # Errors
@@ -163,11 +197,15 @@ pub fn load_dir(dir: &Path) -> anyhow::Result<Vec<Scenario>> {
         .map(|path| {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            let script: Script = serde_json::from_str(&text)
-                .with_context(|| format!("parsing {}", path.display()))?;
-            Scenario::from_script(script).with_context(|| format!("in {}", path.display()))
+            parse(&path.display().to_string(), &text)
         })
         .collect()
+}
+
+/// One script, named `name` in errors, played out.
+fn parse(name: &str, text: &str) -> anyhow::Result<Scenario> {
+    let script: Script = serde_json::from_str(text).with_context(|| format!("parsing {name}"))?;
+    Scenario::from_script(script).with_context(|| format!("in {name}"))
 }
 
 impl Scenario {
@@ -323,6 +361,21 @@ mod tests {
         Scenario::from_script(serde_json::from_value(json)?)
     }
 
+    /// A script added to `src/eval/corpus/` is built in, and the two give the same corpus.
+    #[test]
+    fn the_built_in_corpus_is_every_script_in_its_directory() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/eval/corpus");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let names_built_in: Vec<&str> = BUILT_IN.iter().map(|(name, _)| *name).collect();
+        assert_eq!(files, names_built_in);
+        let names = |c: Vec<Scenario>| c.into_iter().map(|s| s.name).collect::<Vec<_>>();
+        assert_eq!(names(built_in().unwrap()), names(load_dir(&dir).unwrap()));
+    }
+
     #[test]
     fn filler_lines_fill_every_placeholder() {
         let filler = Filler {
@@ -381,8 +434,7 @@ mod tests {
 
     #[test]
     fn the_corpus_has_six_domains_with_facts_in_every_phase() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval");
-        let corpus = load_dir(&dir).unwrap();
+        let corpus = built_in().unwrap();
         assert!(corpus.len() >= 6, "{} scenarios", corpus.len());
         for s in &corpus {
             assert!(s.phases.len() >= 3, "{}", s.name);

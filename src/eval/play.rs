@@ -15,8 +15,8 @@ use super::corpus::Scenario;
 use crate::config::{FactCheck, Limits};
 use crate::fact_check::{self, Checked};
 use crate::facts::{FactSet, contains_word};
-use crate::llm::Summarizer;
 use crate::message::{Message, Role, char_count};
+use crate::summarizer::Summarizer;
 use crate::{planner, summary};
 
 /// What one compaction did, and what the agent knew after it.
@@ -130,8 +130,8 @@ async fn summarize(
     fact_check: FactCheck,
     play: &mut Play,
 ) -> Result<String, String> {
-    let check = |summary: crate::llm::Summary| {
-        summary::check(&summary.text, removed_chars, max_chars)
+    let check = |summary: crate::summary::Summary| {
+        summary::accept(&summary.text, removed_chars, max_chars)
             .map(|text| (summary, text))
             .map_err(|e| e.to_string())
     };

@@ -19,9 +19,10 @@ use serde_json::json;
 
 use super::chat::{Chat, ChatRequest};
 use super::http::{self, Answer};
-use super::{LlmError, Summary};
 use crate::config::LlmSettings;
 use crate::metrics::Metrics;
+use crate::summarizer::LlmError;
+use crate::summary::Summary;
 
 /// The API version this client speaks (the `anthropic-version` header).
 pub const API_VERSION: &str = "2023-06-01";

@@ -4,7 +4,8 @@
 
 use futures_util::future::BoxFuture;
 
-use super::{LlmError, Summary};
+use crate::summarizer::LlmError;
+use crate::summary::Summary;
 
 /// One request: a system prompt and one user message, answered in at most `max_tokens`.
 #[derive(Clone, Debug, PartialEq, Eq)]

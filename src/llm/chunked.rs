@@ -29,10 +29,12 @@ use tokio::time::Instant;
 
 use super::chat::{Chat, ChatRequest};
 use super::chunks;
-use super::prompt::{MissingFacts, Prompt, Transcript};
-use super::{LlmError, Summarizer, Summary, tokens};
+use super::tokens;
 use crate::config::LlmSettings;
 use crate::message::Message;
+use crate::prompt::{MissingFacts, Prompt, Transcript};
+use crate::summarizer::{LlmError, Summarizer};
+use crate::summary::Summary;
 
 /// Context-length errors survived in one summarization before it fails: 0.7^4 is about
 /// a quarter of the configured budget, past which the setting is wrong, not a little off.

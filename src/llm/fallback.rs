@@ -1,5 +1,5 @@
 //! `LLM_FALLBACK=extractive`: when the LLM cannot summarize (its error after retries, or
-//! a summary that fails [`summary::check`]), the extractive summarizer compacts instead,
+//! a summary that fails [`summary::accept`]), the extractive summarizer compacts instead,
 //! so a session whose LLM is down cannot overflow its agent's context. The summary says
 //! so ([`Summary::fallback_reason`]), and the usage event with it.
 //!
@@ -10,10 +10,12 @@ use std::sync::Arc;
 
 use futures_util::future::{BoxFuture, FutureExt};
 
-use super::{Extractive, LlmError, Summarizer, Summary};
+use crate::extractive::Extractive;
 use crate::message::Message;
 use crate::metrics::Metrics;
+use crate::summarizer::{LlmError, Summarizer};
 use crate::summary;
+use crate::summary::Summary;
 
 pub struct Fallback {
     llm: Box<dyn Summarizer>,
@@ -40,7 +42,7 @@ impl Fallback {
         let reason = match self.llm.summarize_in_context(context, old, model).await {
             Ok(summary) => {
                 let replaced: i64 = old.iter().map(|m| m.chars).sum();
-                match summary::check(&summary.text, replaced, self.max_chars) {
+                match summary::accept(&summary.text, replaced, self.max_chars) {
                     Ok(_) => return Ok(summary),
                     Err(rejected) => {
                         self.metrics.llm_failed("invalid_summary");
@@ -138,7 +140,7 @@ mod tests {
             Some("HTTP 503: upstream down")
         );
         assert!(
-            summary::check(&summary.text, 10_000, 6_000).is_ok(),
+            summary::accept(&summary.text, 10_000, 6_000).is_ok(),
             "{}",
             summary.text
         );

@@ -8,10 +8,10 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{RequestBuilder, StatusCode};
 
-use super::LlmError;
 use super::retry::{RetryPolicy, with_retries};
 use crate::config::{LlmSettings, Secret};
 use crate::metrics::Metrics;
+use crate::summarizer::LlmError;
 
 /// Error bodies are quoted in logs and replies only up to this many characters.
 const BODY_EXCERPT_CHARS: usize = 300;

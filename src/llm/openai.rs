@@ -17,9 +17,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::chat::{Chat, ChatRequest};
-use super::{LlmError, Summary, http};
+use super::http;
 use crate::config::LlmSettings;
 use crate::metrics::Metrics;
+use crate::summarizer::LlmError;
+use crate::summary::Summary;
 
 pub struct OpenAiClient {
     http: Client,

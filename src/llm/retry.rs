@@ -12,8 +12,8 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use tokio::time::Instant;
 
-use super::LlmError;
 use crate::config::LlmSettings;
+use crate::summarizer::LlmError;
 
 /// The limits every retry loop keeps (the `LLM_*` retry settings).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,8 +16,9 @@ use super::{Plan, Worker};
 use crate::config::FactCheckMode;
 use crate::fact_check::{self, Checked, Figures, RetryOutcome};
 use crate::facts::{FactSet, Recall};
-use crate::llm::{LlmError, Summary};
+use crate::summarizer::LlmError;
 use crate::summary;
+use crate::summary::Summary;
 
 /// Old parts larger than this are extracted on the blocking pool, where the extraction
 /// also overlaps the summarizer's call. The extractor reads about 10 MB/s in an optimized
@@ -187,7 +188,7 @@ impl Worker {
             why: e.to_string(),
             answer: None,
         })?;
-        let checked = summary::check(
+        let checked = summary::accept(
             &summary.text,
             plan.chars_removed,
             self.policy.summary_max_chars,

@@ -15,9 +15,9 @@ use summarizer::app::Application;
 use summarizer::client::{Decision, TurnClient};
 use summarizer::config::Settings;
 use summarizer::health::Health;
-use summarizer::llm::Summarizer;
 use summarizer::protocol::Reply;
 use summarizer::store::{Backend, SharedStore};
+use summarizer::summarizer::Summarizer;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -468,8 +468,8 @@ impl TestApp {
     }
 
     /// `summarizer check` over this test's database.
-    pub async fn check(&self) -> summarizer::check::Report {
-        summarizer::check::run(self.store.as_ref()).await.unwrap()
+    pub async fn check(&self) -> summarizer::audit::Report {
+        summarizer::audit::run(self.store.as_ref()).await.unwrap()
     }
 
     /// `GET /stats`, parsed.

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use futures_util::future::{BoxFuture, join_all};
 use serde_json::Value;
-use summarizer::llm::{LlmError, Summarizer, Summary};
 use summarizer::message::Message;
 use summarizer::outcome::{Reason, Status};
+use summarizer::summarizer::{LlmError, Summarizer};
+use summarizer::summary::Summary;
 
 use crate::fixtures::WorkerProcess;
 use crate::helpers::{KEEP, SUMMARY, TestApp, eventually, setup, spawn_app_with};
@@ -404,7 +405,7 @@ async fn other_limits_or_an_expired_pending_summary_are_not_applied() {
         .sum();
     assert!(kept >= 1500, "compacted with the turn's own keep: {kept}");
 
-    // A pending summary older than PRECOMPUTE_TTL (an hour by default). (SQLite keeps
+    // A pending summary older than PRECOMPUTE_TTL_MS (an hour by default). (SQLite keeps
     // its age in unix milliseconds, as the worker's clock reads it.)
     app.db
         .query(app.db.per_backend(

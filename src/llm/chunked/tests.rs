@@ -1,8 +1,8 @@
 use std::sync::Mutex;
 
 use super::*;
-use crate::llm::prompt;
 use crate::message::Role;
+use crate::prompt;
 
 const SUMMARY: &str = "**Investigating:** checkout 502s\n**Key findings:**\n- pool at 100/100\n**Ruled out:** DNS\n**Current state:** raising the pool";
 

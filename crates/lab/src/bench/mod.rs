@@ -32,11 +32,13 @@ use crate::db::Scratch;
 use crate::worker_process;
 use summarizer::client::{Decision, TurnClient};
 use summarizer::config::{Limits, Settings};
+use summarizer::llm::LlmSummarizer;
 use summarizer::llm::chat::{Chat, ChatRequest};
-use summarizer::llm::{LlmError, LlmSummarizer, Summarizer, Summary};
 use summarizer::message::Message;
 use summarizer::outcome::{Outcome, Reason, Status};
 use summarizer::store::{PgStore, SharedStore};
+use summarizer::summarizer::{LlmError, Summarizer};
+use summarizer::summary::Summary;
 use summarizer::worker::{Event, Policy, Worker};
 
 pub use load::Measurement;
@@ -67,10 +69,10 @@ pub struct BenchArgs {
     /// the worker meanwhile).
     #[arg(long, hide = true)]
     pub only_noop: Option<usize>,
-    /// Run only the precompute scenario (issue 12).
+    /// Run only the precompute scenario.
     #[arg(long, hide = true)]
     pub only_precompute: bool,
-    /// Run only the SQLite scenario (issue 14).
+    /// Run only the SQLite scenario.
     #[arg(long, hide = true)]
     pub only_sqlite: bool,
 }

@@ -1,5 +1,5 @@
 //! The turn that crosses the threshold, with and without a pending summary
-//! (`SUMMARIZATION_PRECOMPUTE_AT`, issue 12), against the bare commit it should cost.
+//! (`SUMMARIZATION_PRECOMPUTE_AT`), against the bare commit it should cost.
 //!
 //! Agents append a turn of 4,000 chars, send the turn-starting request, then think for a
 //! second, over and over, each on a session of its own, until each has seen `cycles`

@@ -1,4 +1,4 @@
-//! The embedded store's figures (issue 14): the no-op and compaction paths of a worker
+//! The embedded store's figures: the no-op and compaction paths of a worker
 //! process on a SQLite file, beside SQLite's own bare primary-key read through a pool of
 //! the worker's size, measured in the same run as the Postgres figures.
 //!

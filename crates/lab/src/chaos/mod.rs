@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::db::{AgentDb, AnyScratch};
 use crate::worker_process;
-use summarizer::check;
+use summarizer::audit;
 use summarizer::client::{JobPublisher, TurnClient};
 use summarizer::config::Settings;
 
@@ -176,7 +176,7 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
         worker_process::stop(worker, "TERM").await;
     }
 
-    let report = check::run(store.as_ref()).await?;
+    let report = audit::run(store.as_ref()).await?;
     let audit = agents::audit(&agents_db, &ledger).await?;
     let jobs_clean = match &jobs_report {
         Some(Ok(jobs)) => jobs.is_clean(),

@@ -1,6 +1,6 @@
-//! `summarizer check`: invariants over the whole database that must hold whatever
-//! crashed, restarted or raced. Operators run it after an incident; the reliability tests
-//! and the chaos run end with it.
+//! The audit behind `summarizer check`: invariants over the whole database that must hold
+//! whatever crashed, restarted or raced. Operators run it after an incident; the
+//! reliability tests and the chaos run end with it.
 //!
 //! Each invariant is one store query (`crate::store::Invariant`) that returns the
 //! sessions breaking it, so a clean database costs a handful of scans and a broken one

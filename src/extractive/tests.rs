@@ -51,7 +51,7 @@ fn fills_every_heading_from_the_transcript() {
     let old = incident();
     let s = summarize(&old, 6_000).unwrap();
     let replaced: i64 = old.iter().map(|m| m.chars).sum();
-    let text = summary::check(&s.text, replaced, 6_000).unwrap();
+    let text = summary::accept(&s.text, replaced, 6_000).unwrap();
     assert!(
         text.starts_with(
             "**Investigating:** Why is checkout-api returning 502s since 14:05 UTC? Customers see errors at checkout.\n"
@@ -321,7 +321,7 @@ fn a_small_old_part_gets_a_shorter_summary() {
     let replaced: i64 = old.iter().map(|m| m.chars).sum();
     let s = summarize(&old, 6_000).unwrap();
     assert!(char_count(&s.text) < replaced);
-    summary::check(&s.text, replaced, 6_000).unwrap();
+    summary::accept(&s.text, replaced, 6_000).unwrap();
 }
 
 mod properties {
@@ -358,8 +358,8 @@ mod properties {
                 Ok(s) => {
                     let max = i64::try_from(max_chars).unwrap();
                     prop_assert!(
-                        summary::check(&s.text, replaced, max).is_ok(),
-                        "{:?}: {}", summary::check(&s.text, replaced, max), s.text
+                        summary::accept(&s.text, replaced, max).is_ok(),
+                        "{:?}: {}", summary::accept(&s.text, replaced, max), s.text
                     );
                 }
                 Err(LlmError::Invalid(_)) => {}

@@ -24,9 +24,10 @@ mod units;
 
 use futures_util::future::{BoxFuture, FutureExt};
 
-use super::{LlmError, Summarizer, Summary};
 use crate::facts;
 use crate::message::{Message, Role, char_count};
+use crate::summarizer::{LlmError, Summarizer};
+use crate::summary::Summary;
 use crate::summary::{CURRENT_STATE, INVESTIGATING, KEY_FINDINGS, RULED_OUT};
 use units::Collected;
 

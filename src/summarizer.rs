@@ -1,0 +1,112 @@
+//! [`Summarizer`]: what turns the old part of a session into one [`Summary`], and
+//! [`LlmError`], why it did not. The extractive summarizer ([`crate::extractive`]) and the
+//! LLM providers ([`crate::llm`]) both implement it, so the worker neither knows nor cares
+//! which one it holds.
+//!
+//! It sits below both: neither implementation imports the other's module for the
+//! interface, and the fallback in `llm` can hold the extractive summarizer without a loop.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+
+use crate::message::Message;
+use crate::summary::Summary;
+
+/// Why no summary came back. Only [`LlmError::Transient`] is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// Connect errors, timeouts, 408, 429 and 5xx: worth another try, after
+    /// `retry_after` when the server said so.
+    #[error("{cause}")]
+    Transient {
+        cause: String,
+        retry_after: Option<Duration>,
+    },
+    /// Any other non-success status: the request itself is wrong; retrying cannot help.
+    #[error("HTTP {status}: {body}")]
+    Rejected { status: u16, body: String },
+    /// A success status with a body that holds no summary.
+    #[error("invalid response: {0}")]
+    Invalid(String),
+    /// The provider said the request does not fit the model's context (OpenAI's
+    /// `context_length_exceeded`, Anthropic's "prompt is too long"): a smaller request
+    /// may succeed, so it is not a permanent failure.
+    #[error("context length exceeded: {0}")]
+    ContextLength(String),
+    /// The answer stopped at the output limit (OpenAI's `finish_reason: "length"`,
+    /// Anthropic's `stop_reason: "max_tokens"`): it ends mid-word, and may still hold
+    /// every heading, so it is never a summary. Asked again, shorter and with more room
+    /// (see `chunked`), before it is a failure.
+    #[error("the answer was cut off at the output limit: {0}")]
+    Truncated(String),
+}
+
+impl LlmError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Transient { .. })
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Transient { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The `cause` label of `summarizer_llm_failures_total`.
+    pub fn metric_cause(&self) -> &'static str {
+        match self {
+            Self::Transient { .. } => "transient",
+            Self::Rejected { .. } => "rejected",
+            Self::Invalid(_) => "invalid_response",
+            Self::ContextLength(_) => "context_length",
+            Self::Truncated(_) => "truncated",
+        }
+    }
+}
+
+pub trait Summarizer: Send + Sync {
+    /// Summarizes `old` (oldest first; an earlier summary among them is folded in).
+    ///
+    /// # Errors
+    /// [`LlmError`] once retries, if any, are exhausted or the deadline has passed.
+    fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>>;
+
+    /// [`Summarizer::summarize`], given the system messages that precede the old part
+    /// (never summarized; an LLM reads them to understand the conversation) and the model
+    /// the session asks for (`session_settings.model`; `None` for `LLM_MODEL`). A
+    /// summarizer that has no use for them keeps this default.
+    ///
+    /// # Errors
+    /// As [`Summarizer::summarize`].
+    fn summarize_in_context<'a>(
+        &'a self,
+        context: &'a [Message],
+        old: &'a [Message],
+        model: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Summary, LlmError>> {
+        let _ = (context, model);
+        self.summarize(old)
+    }
+
+    /// A second attempt at [`Summarizer::summarize_in_context`], told which identifiers
+    /// of `old` a first summary left out (`missing`, in order of first appearance; the
+    /// summarizer lists as many as its request has room for).
+    ///
+    /// `None` when this summarizer cannot do better than it did: the default, right for
+    /// a deterministic one (the extractive summarizer would answer the same).
+    ///
+    /// # Errors
+    /// As [`Summarizer::summarize`]; the caller keeps the first summary.
+    fn summarize_keeping<'a>(
+        &'a self,
+        context: &'a [Message],
+        old: &'a [Message],
+        model: Option<&'a str>,
+        missing: &'a [String],
+    ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
+        let _ = (context, old, model, missing);
+        None
+    }
+}
