@@ -170,6 +170,9 @@ where
         }
     };
     telemetry::init(settings.log_format, settings.secret_values());
+    for warning in &settings.deprecated {
+        tracing::warn!("{warning}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -103,7 +103,7 @@ pub struct Settings {
     pub llm: LlmSettings,
     /// `SUMMARY_FACT_CHECK` and `SUMMARY_MIN_FACT_RECALL`.
     pub fact_check: FactCheck,
-    /// `SUMMARIZATION_PRECOMPUTE_AT`, `PRECOMPUTE_CONCURRENCY`, `PRECOMPUTE_TTL`.
+    /// `SUMMARIZATION_PRECOMPUTE_AT`, `PRECOMPUTE_CONCURRENCY`, `PRECOMPUTE_TTL_MS`.
     pub precompute: Precompute,
     /// How long a session lease lasts before another worker may take it over.
     pub lease_duration: Duration,
@@ -114,6 +114,8 @@ pub struct Settings {
     /// How long SIGTERM waits for in-flight events before giving up on them.
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
+    /// Old setting names in use, one warning each, logged at start.
+    pub deprecated: Vec<String>,
 }
 
 impl Settings {
@@ -135,7 +137,7 @@ impl Settings {
         env: Option<HashMap<String, String>>,
     ) -> Result<Self, ConfigError> {
         let raw = Raw::merge(file, env)?;
-        let settings = Self::from_sections(
+        let mut settings = Self::from_sections(
             raw.parse(&table::SUMMARIZATION_ENABLED)?,
             (Limits::read(&raw)?, Bounds::read(&raw)?),
             Database::read(&raw)?,
@@ -144,6 +146,7 @@ impl Settings {
             (Fleet::read(&raw)?, Precompute::read(&raw)?),
         );
         settings.check_rules()?;
+        settings.deprecated = raw.deprecated().to_vec();
         Ok(settings)
     }
 
@@ -177,6 +180,7 @@ impl Settings {
             failure_backoff_max: fleet.failure_backoff_max,
             shutdown_grace: fleet.shutdown_grace,
             log_format: fleet.log_format,
+            deprecated: Vec::new(),
         }
     }
 

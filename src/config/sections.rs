@@ -440,7 +440,7 @@ impl Precompute {
         Ok(Self {
             at,
             concurrency: raw.positive(&PRECOMPUTE_CONCURRENCY)?,
-            ttl: raw.millis(&PRECOMPUTE_TTL)?,
+            ttl: raw.millis(&PRECOMPUTE_TTL_MS)?,
         })
     }
 

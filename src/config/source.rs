@@ -10,9 +10,13 @@ use std::time::Duration;
 use config::{Config, Environment, File};
 
 use super::ConfigError;
-use super::table::{SETTINGS, Setting};
+use super::table::{RENAMED, SETTINGS, Setting};
 
-pub struct Raw(Config);
+pub struct Raw {
+    merged: Config,
+    /// One warning per old name in use (see [`RENAMED`]).
+    deprecated: Vec<String>,
+}
 
 impl Raw {
     /// Defaults under `file` under `env` (the process environment when `None`).
@@ -20,6 +24,7 @@ impl Raw {
         file: Option<&Path>,
         env: Option<HashMap<String, String>>,
     ) -> Result<Self, ConfigError> {
+        let mut deprecated = Vec::new();
         let mut builder = Config::builder();
         for setting in SETTINGS {
             builder = builder.set_default(setting.name.to_ascii_lowercase(), setting.default)?;
@@ -28,23 +33,31 @@ impl Raw {
             // File keys are case-sensitive in `config`; the environment's are lowercased.
             // Lowercase the file's too, as defaults over the defaults, so the environment
             // still wins.
-            let table: HashMap<String, config::Value> = Config::builder()
+            let mut table: HashMap<String, config::Value> = Config::builder()
                 .add_source(File::from(path).required(true))
                 .build()?
                 .try_deserialize()?;
+            rename(&mut table, &format!("{}", path.display()), &mut deprecated);
             for (key, value) in table {
                 builder = builder.set_default(key.to_ascii_lowercase(), value)?;
             }
         }
+        let mut env = env.unwrap_or_else(|| std::env::vars().collect());
+        rename(&mut env, "the environment", &mut deprecated);
         let merged = builder
-            .add_source(Environment::default().source(env))
+            .add_source(Environment::default().source(Some(env)))
             .build()?;
-        Ok(Self(merged))
+        Ok(Self { merged, deprecated })
+    }
+
+    /// What to warn about at start: an old setting name that is still in use.
+    pub fn deprecated(&self) -> &[String] {
+        &self.deprecated
     }
 
     /// The value, trimmed.
     pub fn text(&self, setting: &Setting) -> Result<String, ConfigError> {
-        self.0
+        self.merged
             .get_string(&setting.name.to_ascii_lowercase())
             .map(|value| value.trim().to_owned())
             .map_err(|e| ConfigError::invalid(setting.name, e.to_string()))
@@ -96,6 +109,32 @@ impl Raw {
     pub fn millis_or_zero(&self, setting: &Setting) -> Result<Duration, ConfigError> {
         self.parse(setting)
             .and_then(|ms| at_most_a_year(setting, ms))
+    }
+}
+
+/// Moves each old name in `source` (`from`, for the warning) to its new one, unless the
+/// new one is set there too, which then wins. Names match in any case, as `config`
+/// matches them.
+fn rename<V>(source: &mut HashMap<String, V>, from: &str, deprecated: &mut Vec<String>) {
+    for (old, new) in RENAMED {
+        let Some(key) = source.keys().find(|k| k.eq_ignore_ascii_case(old)).cloned() else {
+            continue;
+        };
+        let Some(value) = source.remove(&key) else {
+            continue;
+        };
+        if source.keys().any(|k| k.eq_ignore_ascii_case(new.name)) {
+            deprecated.push(format!(
+                "{old} (in {from}) is deprecated and ignored: {} is set beside it",
+                new.name
+            ));
+        } else {
+            deprecated.push(format!(
+                "{old} (in {from}) is deprecated: rename it {}; its value is used meanwhile",
+                new.name
+            ));
+            source.insert(new.name.to_owned(), value);
+        }
     }
 }
 

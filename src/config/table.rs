@@ -386,8 +386,8 @@ pub const PRECOMPUTE_CONCURRENCY: Setting = setting(
     Plain,
     |s| s.precompute.concurrency.to_string(),
 );
-pub const PRECOMPUTE_TTL: Setting = setting(
-    "PRECOMPUTE_TTL",
+pub const PRECOMPUTE_TTL_MS: Setting = setting(
+    "PRECOMPUTE_TTL_MS",
     "3600000",
     "milliseconds: a pending summary older than this is dropped, not applied",
     Plain,
@@ -481,10 +481,15 @@ pub const SETTINGS: &[Setting] = &[
     SUMMARY_MIN_FACT_RECALL,
     SUMMARIZATION_PRECOMPUTE_AT,
     PRECOMPUTE_CONCURRENCY,
-    PRECOMPUTE_TTL,
+    PRECOMPUTE_TTL_MS,
     LEASE_DURATION_MS,
     FAILURE_BACKOFF_MS,
     FAILURE_BACKOFF_MAX_MS,
     SHUTDOWN_GRACE_MS,
     LOG_FORMAT,
 ];
+
+/// Settings that had another name, with the setting each became: the old name is still
+/// read (in the file and in the environment alike) when the new one is not set beside it,
+/// and the worker warns at start that it is deprecated.
+pub const RENAMED: [(&str, &Setting); 1] = [("PRECOMPUTE_TTL", &PRECOMPUTE_TTL_MS)];

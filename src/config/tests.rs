@@ -123,6 +123,43 @@ fn invalid_values_name_their_setting() {
 }
 
 #[test]
+fn precompute_ttl_is_still_read_under_its_old_name_with_a_warning() {
+    let s = load(&[("PRECOMPUTE_TTL", "5000")]).unwrap();
+    assert_eq!(s.precompute.ttl, Duration::from_millis(5000));
+    assert_eq!(s.deprecated.len(), 1, "{:?}", s.deprecated);
+    assert!(
+        s.deprecated[0].contains("rename it PRECOMPUTE_TTL_MS"),
+        "{:?}",
+        s.deprecated
+    );
+
+    // The new name beside it wins, and the old one is said to be ignored.
+    let s = load(&[("PRECOMPUTE_TTL", "5000"), ("PRECOMPUTE_TTL_MS", "7000")]).unwrap();
+    assert_eq!(s.precompute.ttl, Duration::from_millis(7000));
+    assert!(s.deprecated[0].contains("ignored"), "{:?}", s.deprecated);
+
+    // Unset, nothing to warn about; a bad value under the old name is refused.
+    assert!(load(&[]).unwrap().deprecated.is_empty());
+    assert_eq!(
+        setting_of(load(&[("PRECOMPUTE_TTL", "soon")]).unwrap_err()),
+        "PRECOMPUTE_TTL_MS"
+    );
+
+    // In a file too, under the environment's new name.
+    let dir = std::env::temp_dir().join(format!("summarizer-config-{}", fastrand::u64(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("summarizer.toml");
+    std::fs::write(&path, "precompute_ttl = 4000\n").unwrap();
+    let file_only = Settings::from_sources(Some(&path), Some(HashMap::new())).unwrap();
+    let env = HashMap::from([("PRECOMPUTE_TTL_MS".to_owned(), "6000".to_owned())]);
+    let both = Settings::from_sources(Some(&path), Some(env)).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(file_only.precompute.ttl, Duration::from_millis(4000));
+    assert!(file_only.deprecated[0].contains("summarizer.toml"));
+    assert_eq!(both.precompute.ttl, Duration::from_millis(6000));
+}
+
+#[test]
 fn config_file_is_read_under_the_environment() {
     let dir = std::env::temp_dir().join(format!("summarizer-config-{}", fastrand::u64(..)));
     std::fs::create_dir_all(&dir).unwrap();
@@ -405,7 +442,7 @@ fn a_duration_past_a_year_is_refused_at_start_naming_the_setting() {
     // deadline of 2^64 - 1 would overflow the clock.
     for name in [
         "LEASE_DURATION_MS",
-        "PRECOMPUTE_TTL",
+        "PRECOMPUTE_TTL_MS",
         "FAILURE_BACKOFF_MAX_MS",
         "LLM_DEADLINE_MS",
         "LLM_TIMEOUT_MS",

@@ -33,7 +33,7 @@ pub enum Applied {
 /// `summarizer_precomputes_discarded_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Discard {
-    /// Older than `PRECOMPUTE_TTL`.
+    /// Older than `PRECOMPUTE_TTL_MS`.
     Expired,
     /// Planned with other limits, or another session model, than the turn's.
     SettingsChanged,
