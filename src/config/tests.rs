@@ -210,6 +210,75 @@ fn env_example_lists_every_setting_with_its_default_and_description() {
     );
 }
 
+/// The settings reference's table (`docs/settings.md`, "## Settings"): each row's
+/// setting names, and their defaults in the same order. A row may name several settings
+/// (`` `A` / `B` ``) with one default for all or one each; `(none)` and
+/// `(the provider's)` stand for an empty default.
+fn settings_reference() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/settings.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let table = text
+        .split("\n## Settings\n")
+        .nth(1)
+        .expect("docs/settings.md has a \"## Settings\" section");
+    // Names and defaults are separated by " / " or ", " (a URL's slashes are not).
+    let cells = |cell: &str| -> Vec<String> {
+        cell.split(" / ")
+            .flat_map(|part| part.split(", "))
+            .map(str::trim)
+            .map(|part| match part {
+                "(none)" | "(the provider's)" => String::new(),
+                quoted => quoted
+                    .strip_prefix('`')
+                    .and_then(|q| q.strip_suffix('`'))
+                    .unwrap_or_else(|| panic!("{quoted:?} is not in backticks"))
+                    .to_owned(),
+            })
+            .collect()
+    };
+    let mut rows = Vec::new();
+    for line in table.lines().skip_while(|l| !l.starts_with('|')) {
+        if !line.starts_with('|') {
+            break;
+        }
+        let columns: Vec<&str> = line.split('|').map(str::trim).collect();
+        if matches!(columns[1], "setting" | "---") {
+            continue;
+        }
+        let names = cells(columns[1]);
+        let defaults = cells(columns[2]);
+        let defaults = match defaults.len() {
+            1 => vec![defaults[0].clone(); names.len()],
+            n if n == names.len() => defaults,
+            _ => panic!("{line}: give one default, or one per setting"),
+        };
+        rows.extend(names.into_iter().zip(defaults));
+    }
+    rows
+}
+
+#[test]
+fn the_settings_reference_lists_every_setting_with_its_default() {
+    let rows = settings_reference();
+    let documented: HashMap<&str, &str> =
+        rows.iter().map(|(n, d)| (n.as_str(), d.as_str())).collect();
+    assert_eq!(documented.len(), rows.len(), "a setting has two rows");
+    for setting in SETTINGS {
+        assert_eq!(
+            documented.get(setting.name).copied(),
+            Some(setting.default),
+            "{}: its row in docs/settings.md, with its default",
+            setting.name
+        );
+    }
+    for (name, _) in &rows {
+        assert!(
+            SETTINGS.iter().any(|s| s.name == name),
+            "docs/settings.md documents {name}, which is no setting"
+        );
+    }
+}
+
 #[test]
 fn every_setting_is_read_and_shown_under_its_own_name() {
     let names: std::collections::HashSet<_> = SETTINGS.iter().map(|s| s.name).collect();
