@@ -14,10 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Settings, redact_url};
 use crate::health::{Health, StartBackoff};
-use crate::jobs::{self, JobServer};
+
 use crate::metrics::Metrics;
 use crate::store::{SharedStore, is_unreachable};
 use crate::summarizer::Summarizer;
+use crate::transport::jetstream::{self, JobServer};
 use crate::transport::{self, Server};
 use crate::worker::{Policy, Worker};
 use crate::{http, llm};
@@ -246,10 +247,10 @@ impl Application {
     ) -> anyhow::Result<Option<async_nats::jetstream::consumer::PullConsumer>> {
         let mut backoff = StartBackoff::default();
         loop {
-            let bound = jobs::bind(client, &self.settings.jobs, &self.settings.subject).await;
+            let bound = jetstream::bind(client, &self.settings.jobs, &self.settings.subject).await;
             let error = match bound {
                 Ok(consumer) => return Ok(Some(consumer)),
-                Err(e) if e.is::<jobs::Unusable>() => return Err(e),
+                Err(e) if e.is::<jetstream::Unusable>() => return Err(e),
                 Err(e) => e,
             };
             if !backoff

@@ -32,8 +32,9 @@
 //!   the lease, the fenced commit, the aggregates.
 //! - [`health`]: readiness; [`worker`]: one event start to finish
 //!   ([`worker::Worker::process`]).
-//! - [`transport`]: the NATS queue-group loop, bounded, with drain on shutdown; [`jobs`]:
-//!   durable jobs on JetStream.
+//! - [`transport`]: how events arrive: core NATS requests on the queue group, bounded,
+//!   with drain on shutdown ([`transport::requests`]), and durable jobs on JetStream
+//!   ([`transport::jetstream`]).
 //! - [`client`]: what Rust agents call before a turn (`summarizer-client`'s); never
 //!   fails, always "proceed".
 //! - [`http`]: `GET /stats`, `/healthz`, `/readyz`, `/metrics`.
@@ -57,7 +58,6 @@ pub mod fact_check;
 pub mod facts;
 pub mod health;
 pub mod http;
-pub mod jobs;
 pub mod llm;
 pub mod message;
 pub mod metrics;

@@ -72,7 +72,7 @@ pub struct Event {
     pub request_id: String,
     /// The limits the request asks for, not yet clamped.
     pub overrides: Overrides,
-    /// A durable job's own identity (stream, sequence, publish time; see `jobs`),
+    /// A durable job's own identity (stream, sequence, publish time; see `transport::jetstream`),
     /// recorded in the usage event so that a redelivery of the same job is recognised.
     /// `None` for requests.
     pub job_id: Option<String>,

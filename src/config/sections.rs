@@ -498,7 +498,7 @@ impl FromStr for Transport {
     }
 }
 
-/// The durable job queue (`TRANSPORT=jetstream|both`; see `crate::jobs`).
+/// The durable job queue (`TRANSPORT=jetstream|both`; see `crate::transport::jetstream`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Jobs {
     pub transport: Transport,

@@ -33,11 +33,11 @@ async fn jobs_app(nats: &NatsServer, overrides: &[(&str, &str)]) -> TestApp {
     setup(&all).await
 }
 
-/// The stream, created as a worker creates it (`summarizer::jobs::bind`), before any
+/// The stream, created as a worker creates it (`summarizer::transport::jetstream::bind`), before any
 /// worker runs.
 async fn create_stream(app: &TestApp, nats: &async_nats::Client) {
     let settings = Settings::from_sources(None, Some(app.env(&[]))).unwrap();
-    summarizer::jobs::bind(nats, &settings.jobs, &settings.subject)
+    summarizer::transport::jetstream::bind(nats, &settings.jobs, &settings.subject)
         .await
         .unwrap();
 }

@@ -130,7 +130,8 @@ pub async fn run(settings: &Settings, args: &ChaosArgs) -> anyhow::Result<bool> 
                     .collect(),
             ),
         )?;
-        summarizer::jobs::bind(&nats, &job_settings.jobs, &job_settings.subject).await?;
+        summarizer::transport::jetstream::bind(&nats, &job_settings.jobs, &job_settings.subject)
+            .await?;
         agents::Asking::Jobs(JobPublisher::new(nats.clone(), prefix.clone()))
     } else {
         agents::Asking::Requests(TurnClient::new(nats.clone(), subject))

@@ -329,7 +329,7 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
     let request = match Request::decode(&message.payload) {
         Ok(request) => request,
         Err(invalid) => {
-            let rejected = crate::transport::reject(worker, &invalid);
+            let rejected = super::reject(worker, &invalid);
             reply(&server.client, reply_to.as_deref(), &rejected).await;
             finish(&message, AckKind::Term, "terminated", worker).await;
             return;
@@ -381,7 +381,7 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
             }
         };
         worker.metrics().event(&processed.outcome);
-        let answer = crate::transport::reply_to_processed(&event, &processed);
+        let answer = super::reply_to_processed(&event, &processed);
         reply(&server.client, reply_to.as_deref(), &answer).await;
         match settle(&processed.outcome) {
             Settle::Ack => finish(&message, AckKind::Ack, "acked", worker).await,

@@ -1,4 +1,4 @@
-//! NATS: serves the turn subject on the queue group, at most `WORKER_CONCURRENCY`
+//! Core NATS requests: serves the turn subject on the queue group, at most `WORKER_CONCURRENCY`
 //! events at once, and drains on shutdown.
 //!
 //! The next event is read only while fewer than `WORKER_CONCURRENCY` are in flight, so a
@@ -8,9 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use async_nats::connection::State;
-use async_nats::{Client, ConnectErrorKind, ConnectOptions, Subscriber};
+use async_nats::{Client, Subscriber};
 use futures_util::StreamExt;
 use futures_util::future::{BoxFuture, FutureExt};
 use futures_util::stream::FuturesUnordered;
@@ -18,11 +17,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::{Settings, redact_url, url_credentials};
-use crate::health::{Health, StartBackoff};
-use crate::outcome::Outcome;
-use crate::protocol::{InvalidRequest, Reply, Request};
-use crate::worker::{Event, Processed, Worker, new_request_id};
+use super::{reject, reply_to_processed};
+use crate::health::Health;
+use crate::protocol::Request;
+use crate::worker::{Event, Worker};
 
 pub struct Server {
     pub client: Client,
@@ -106,26 +104,6 @@ impl Server {
         // transport has stopped, then flushes the replies.
     }
 }
-
-/// Flushes the replies, unless NATS is unreachable: a flush would then wait for a
-/// reconnection that may never come, and the replies are lost anyway.
-pub async fn flush_replies(client: &Client) {
-    {
-        if client.connection_state() != State::Connected {
-            tracing::warn!("NATS is unreachable: replies not yet sent are lost");
-            return;
-        }
-        match tokio::time::timeout(ABANDON_WAIT, client.flush()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "could not flush replies"),
-            Err(_) => tracing::warn!("could not flush replies in time"),
-        }
-    }
-}
-
-/// How long, after the serving loop, abandoned compactions get to give their leases
-/// back, and the replies to be flushed: a few round trips each.
-pub const ABANDON_WAIT: Duration = Duration::from_secs(2);
 
 /// The drain's progress, from the shutdown signal on.
 struct Drain {
@@ -216,112 +194,4 @@ async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Messag
     {
         tracing::warn!(error = %e, "could not publish the reply");
     }
-}
-
-/// The reply to a processed event (a request or a job).
-pub fn reply_to_processed(event: &Event, processed: &Processed) -> Reply {
-    Reply::new(
-        &processed.outcome,
-        Some(&event.session_id),
-        Some(&event.request_id),
-        processed.session_chars,
-        processed.duration.as_millis() as u64,
-    )
-    .with_latest_compaction_id(processed.latest_compaction_id)
-}
-
-/// Logs (rate-limited) and counts an event that could not be decoded, and returns its
-/// `rejected` reply, under an id made up for it.
-pub fn reject(worker: &Worker, invalid: &InvalidRequest) -> Reply {
-    let rid = new_request_id();
-    crate::telemetry::warn_rejected_request(&rid, invalid);
-    let outcome = Outcome::Rejected {
-        detail: invalid.to_string(),
-    };
-    worker.metrics().event(&outcome);
-    Reply::new(&outcome, None, Some(&rid), None, 0)
-}
-
-/// The connect options `settings` ask for: name, authentication and TLS.
-///
-/// # Errors
-/// When the credentials file cannot be read.
-pub async fn connect_options(settings: &Settings, name: &str) -> anyhow::Result<ConnectOptions> {
-    let auth = &settings.nats_auth;
-    let mut options = ConnectOptions::new().name(name);
-    if let Some(path) = &auth.creds_file {
-        options = options
-            .credentials_file(path)
-            .await
-            .with_context(|| format!("NATS_CREDS_FILE: reading {}", path.display()))?;
-    }
-    // async-nats ignores credentials in the URL; NATS_USER/NATS_PASSWORD win over them.
-    let from_url = url_credentials(settings.nats_url.expose());
-    if let Some(user) = &auth.user {
-        options = options.user_and_password(user.clone(), auth.password.expose().to_owned());
-    } else if let Some((user, password)) = from_url {
-        options = options.user_and_password(user.to_owned(), password.to_owned());
-    }
-    if !auth.token.is_empty() {
-        options = options.token(auth.token.expose().to_owned());
-    }
-    if let Some(ca) = &auth.tls_ca_file {
-        options = options.add_root_certificates(ca.clone());
-    }
-    if let (Some(cert), Some(key)) = (&auth.tls_cert_file, &auth.tls_key_file) {
-        options = options.add_client_certificate(cert.clone(), key.clone());
-    }
-    Ok(options.require_tls(auth.tls_required))
-}
-
-/// Connects to NATS, waiting with backoff while the server is unreachable (it may start
-/// after the worker). Returns `None` when `shutdown` fires first.
-///
-/// # Errors
-/// When retrying cannot help: bad credentials, a TLS failure, an unparsable URL.
-pub async fn connect(
-    settings: &Settings,
-    name: &str,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<Option<Client>> {
-    let url = redact_url(settings.nats_url.expose());
-    let mut backoff = StartBackoff::default();
-    loop {
-        let options = connect_options(settings, name).await?;
-        let error = match options.connect(settings.nats_url.expose()).await {
-            Ok(client) => return Ok(Some(client)),
-            Err(e) => e,
-        };
-        match error.kind() {
-            ConnectErrorKind::Io | ConnectErrorKind::TimedOut | ConnectErrorKind::Dns => {}
-            _ => bail!(
-                "connecting to NATS at {url}: {}",
-                crate::error_chain(&error)
-            ),
-        }
-        if !backoff
-            .wait(&format!("NATS at {url}"), &error, shutdown)
-            .await
-        {
-            return Ok(None);
-        }
-    }
-}
-
-/// Connects to NATS once, without waiting for a server that is not up: for commands and
-/// tools, which report the failure rather than wait.
-///
-/// # Errors
-/// When the server is unreachable or refuses the connection.
-pub async fn connect_once(settings: &Settings, name: &str) -> anyhow::Result<Client> {
-    connect_options(settings, name)
-        .await?
-        .connect(settings.nats_url.expose())
-        .await
-        .with_context(|| {
-            format!(
-                "connecting to NATS at {}",
-                redact_url(settings.nats_url.expose())
-            )
-        })
 }
