@@ -18,8 +18,9 @@ use crate::health::{Health, StartBackoff};
 use crate::metrics::Metrics;
 use crate::store::{SharedStore, is_unreachable};
 use crate::summarizer::Summarizer;
+use crate::transport::in_process::Incoming;
 use crate::transport::jetstream::{self, JobServer};
-use crate::transport::{self, Server};
+use crate::transport::{self, InProcessServer, Server};
 use crate::worker::{Policy, Worker};
 use crate::{http, llm};
 
@@ -132,7 +133,28 @@ impl Application {
     /// # Errors
     /// When a service refuses the worker for good (bad NATS credentials, a failed
     /// migration) or the HTTP server fails.
-    pub async fn run_until_stopped(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        self.run(shutdown, None).await
+    }
+
+    /// [`Application::run_until_stopped`], serving the requests of `incoming` (the
+    /// in-process transport: an agent in this process) instead of NATS.
+    ///
+    /// # Errors
+    /// As [`Application::run_until_stopped`].
+    pub async fn run_in_process(
+        self,
+        incoming: Incoming,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        self.run(shutdown, Some(incoming)).await
+    }
+
+    async fn run(
+        mut self,
+        shutdown: CancellationToken,
+        incoming: Option<Incoming>,
+    ) -> anyhow::Result<()> {
         // HTTP stops with the worker, also when the worker stops on an error.
         let stop_http = shutdown.child_token();
         let http = self.http.take().map(|listener| {
@@ -148,7 +170,10 @@ impl Application {
                     .await
             })
         });
-        let served = self.serve(&shutdown).await;
+        let served = match incoming {
+            Some(incoming) => self.serve_in_process(incoming, &shutdown).await,
+            None => self.serve(&shutdown).await,
+        };
         stop_http.cancel();
         if let Some(http) = http {
             http.await
@@ -235,6 +260,35 @@ impl Application {
             .abandon_compactions(transport::ABANDON_WAIT)
             .await;
         transport::flush_replies(&client).await;
+        Ok(())
+    }
+
+    async fn serve_in_process(
+        &self,
+        incoming: Incoming,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        if !self.migrate(shutdown).await? {
+            return Ok(());
+        }
+        let server = InProcessServer {
+            incoming,
+            worker: self.worker.clone(),
+            health: self.health.clone(),
+            concurrency: self.settings.concurrency,
+            shutdown_grace: self.settings.shutdown_grace,
+        };
+        tracing::info!(
+            worker = self.worker.id(),
+            store = %self.store.backend(),
+            transport = "in_process",
+            concurrency = self.settings.concurrency,
+            "worker ready"
+        );
+        server.run(shutdown.clone()).await;
+        self.worker
+            .abandon_compactions(transport::ABANDON_WAIT)
+            .await;
         Ok(())
     }
 

@@ -3,7 +3,13 @@
 //! messages with plain SQL and asking the worker before each turn, as a real agent would.
 //!
 //! It runs on the database `DATABASE_URL` names, or on a temporary SQLite file with
-//! `--database sqlite`, or when Postgres does not answer (it says so): only NATS need run.
+//! `--database sqlite`, or when Postgres does not answer (it says so). It asks the worker
+//! over NATS, or, when NATS does not answer within [`NATS_PATIENCE`] and the environment
+//! (or `.env`) does not set `NATS_URL`, over the in-process transport
+//! ([`crate::transport::in_process`]), the same worker behind it (it says so too): with
+//! neither service installed, the demo still runs. A `NATS_URL` in the environment is the
+//! user's own server, so the demo stops and names it rather than work around it; the
+//! default URL, or one from a `--config` file, is only where a server might be.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,6 +23,7 @@ use crate::client::{Decision, TurnClient};
 use crate::config::{Limits, Secret, Settings, redact_url};
 use crate::message::{Message, Role};
 use crate::store::{Backend, PgStore};
+use crate::transport::in_process::{self, InProcessClient};
 use sqlx::{PgPool, SqlitePool};
 
 mod script;
@@ -47,6 +54,54 @@ pub enum DemoDatabase {
 
 /// How long the demo waits for Postgres before falling back to SQLite.
 const POSTGRES_PATIENCE: Duration = Duration::from_secs(5);
+/// How long the demo waits for NATS before falling back to the in-process transport.
+pub const NATS_PATIENCE: Duration = Duration::from_secs(3);
+
+/// How the demo's agent reaches its worker.
+enum Turns {
+    Nats(TurnClient),
+    InProcess(InProcessClient),
+}
+
+impl Turns {
+    async fn turn_starting(&self, session: &str, timeout: Duration) -> Decision {
+        match self {
+            Self::Nats(client) => client.turn_starting(session, timeout).await,
+            Self::InProcess(client) => client.turn_starting(session, timeout).await,
+        }
+    }
+}
+
+/// The agent's NATS connection, or `None` (said so) when NATS does not answer and
+/// `NATS_URL` was not set explicitly (see the module doc).
+///
+/// # Errors
+/// When an explicitly set NATS does not answer, or refuses the connection.
+async fn connect_nats(settings: &Settings) -> anyhow::Result<Option<async_nats::Client>> {
+    let explicit = std::env::var_os("NATS_URL").is_some();
+    let connected = tokio::time::timeout(
+        NATS_PATIENCE,
+        crate::transport::connect_once(settings, "summarizer-demo-agent"),
+    )
+    .await;
+    let why = match connected {
+        Ok(Ok(client)) => return Ok(Some(client)),
+        Ok(Err(e)) if explicit => return Err(e),
+        Err(_) if explicit => bail!(
+            "NATS at {} did not answer in {} s",
+            redact_url(settings.nats_url.expose()),
+            NATS_PATIENCE.as_secs()
+        ),
+        Ok(Err(e)) => format!("{e:#}"),
+        Err(_) => format!("no answer in {} s", NATS_PATIENCE.as_secs()),
+    };
+    println!(
+        "NATS at {} did not answer ({why}) and NATS_URL is not set; running the agent and \
+         the worker in this process, over the in-process transport",
+        redact_url(settings.nats_url.expose())
+    );
+    Ok(None)
+}
 
 /// Runs the demo; fails unless the worker compacted the session at least once.
 ///
@@ -66,9 +121,9 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
     // events, and the demo's worker does not take the fleet's.
     settings.subject = format!("summarizer.demo.{tag}.turn.starting");
     settings.http_addr = None;
-    // The agent's NATS connection first: NATS must run, and a worker would wait for it
-    // without end, where the demo should stop and say so.
-    let nats = crate::transport::connect_once(&settings, "summarizer-demo-agent").await?;
+    // The agent's NATS connection first: a worker would wait for NATS without end, where
+    // the demo should stop and say so, or do without it.
+    let nats = connect_nats(&settings).await?;
 
     let (url, _temporary) =
         database_url(settings.database_url.expose(), args.database, &tag).await?;
@@ -79,7 +134,19 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
     let agent = Agent::connect(&url)?;
     let health = app.health();
     let shutdown = CancellationToken::new();
-    let mut worker = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let (client, mut worker) = match nats {
+        Some(nats) => (
+            Turns::Nats(TurnClient::new(nats, settings.subject.clone())),
+            tokio::spawn(app.run_until_stopped(shutdown.clone())),
+        ),
+        None => {
+            let (client, incoming) = in_process::channel(settings.concurrency);
+            (
+                Turns::InProcess(client),
+                tokio::spawn(app.run_in_process(incoming, shutdown.clone())),
+            )
+        }
+    };
     tokio::select! {
         () = health.wait_until_ready() => {}
         stopped = &mut worker => {
@@ -88,7 +155,6 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
         }
     }
 
-    let client = TurnClient::new(nats, settings.subject.clone());
     let session = format!("demo-{tag}");
     println!(
         "summarizer demo: session {session}, compacting above {} chars, keeping {} (provider {:?})\n",

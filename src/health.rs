@@ -59,6 +59,9 @@ pub struct Health {
     draining: AtomicBool,
     /// Set once subscribed; its connection state is read live.
     nats: OnceLock<async_nats::Client>,
+    /// Serving over the in-process transport, which has no connection to lose: it
+    /// counts as subscribed and connected.
+    in_process: AtomicBool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -78,6 +81,7 @@ impl Health {
             migrated: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             nats: OnceLock::new(),
+            in_process: AtomicBool::new(false),
         }
     }
 
@@ -87,6 +91,10 @@ impl Health {
 
     pub fn set_subscribed(&self, client: async_nats::Client) {
         let _ = self.nats.set(client);
+    }
+
+    pub fn set_serving_in_process(&self) {
+        self.in_process.store(true, Ordering::Relaxed);
     }
 
     pub fn set_draining(&self) {
@@ -106,11 +114,13 @@ impl Health {
             .await
             .is_ok_and(|ping| ping.is_ok());
         let migrations_applied = self.migrated.load(Ordering::Relaxed);
-        let subscribed = self.nats.get().is_some();
-        let nats_connected = self
-            .nats
-            .get()
-            .is_some_and(|c| c.connection_state() == State::Connected);
+        let in_process = self.in_process.load(Ordering::Relaxed);
+        let subscribed = in_process || self.nats.get().is_some();
+        let nats_connected = in_process
+            || self
+                .nats
+                .get()
+                .is_some_and(|c| c.connection_state() == State::Connected);
         let draining = self.draining.load(Ordering::Relaxed);
         Readiness {
             ready: migrations_applied

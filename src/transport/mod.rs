@@ -1,25 +1,31 @@
 //! The transports events arrive by, side by side: [`requests`] serves core NATS requests
 //! on the turn subject (`TRANSPORT=core`), [`jetstream`] durable jobs from the work-queue
-//! stream (`TRANSPORT=jetstream`); `both` runs the two. What they share is here: the
+//! stream (`TRANSPORT=jetstream`); `both` runs the two. [`in_process`] serves the same
+//! requests over a channel, for an agent in the worker's own process (the demo without
+//! NATS). What they share is here: the
 //! connection to NATS, the reply to an event, the rejection of a malformed one, and the
 //! flush of replies at shutdown.
 
+pub mod in_process;
 pub mod jetstream;
 pub mod requests;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use async_nats::connection::State;
 use async_nats::{Client, ConnectErrorKind, ConnectOptions};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::config::{Settings, redact_url, url_credentials};
 use crate::health::StartBackoff;
 use crate::outcome::Outcome;
-use crate::protocol::{InvalidRequest, Reply};
+use crate::protocol::{InvalidRequest, Reply, Request};
 use crate::worker::{Event, Processed, Worker, new_request_id};
 
+pub use in_process::InProcessServer;
 pub use jetstream::JobServer;
 pub use requests::Server;
 
@@ -42,6 +48,27 @@ pub async fn flush_replies(client: &Client) {
 /// How long, after the serving loop, abandoned compactions get to give their leases
 /// back, and the replies to be flushed: a few round trips each.
 pub const ABANDON_WAIT: Duration = Duration::from_secs(2);
+
+/// Decodes and processes one request, as any request transport receives it, and returns
+/// its reply. Never panics on input: a bad request gets a `rejected` reply.
+pub async fn answer(worker: &Arc<Worker>, payload: &[u8]) -> Reply {
+    let _in_flight = worker.metrics().in_flight();
+    match Request::decode(payload) {
+        Ok(request) => {
+            let event = Event::new(request.session_id, request.request_id)
+                .with_overrides(request.overrides);
+            let span = tracing::info_span!(
+                "event",
+                request_id = %event.request_id,
+                session_id = %event.session_id
+            );
+            let processed = worker.process(&event).instrument(span).await;
+            worker.metrics().event(&processed.outcome);
+            reply_to_processed(&event, &processed)
+        }
+        Err(invalid) => reject(worker, &invalid),
+    }
+}
 
 /// The reply to a processed event (a request or a job).
 pub fn reply_to_processed(event: &Event, processed: &Processed) -> Reply {

@@ -15,12 +15,9 @@ use futures_util::future::{BoxFuture, FutureExt};
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
-use super::{reject, reply_to_processed};
 use crate::health::Health;
-use crate::protocol::Request;
-use crate::worker::{Event, Worker};
+use crate::worker::Worker;
 
 pub struct Server {
     pub client: Client,
@@ -169,25 +166,10 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
-/// Decodes, processes and answers one event. Never panics on input: a bad request gets a
+/// Answers one event and publishes the reply. Never panics on input: a bad request gets a
 /// `rejected` reply and the loop goes on.
 async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Message) {
-    let _in_flight = worker.metrics().in_flight();
-    let reply = match Request::decode(&message.payload) {
-        Ok(request) => {
-            let event = Event::new(request.session_id, request.request_id)
-                .with_overrides(request.overrides);
-            let span = tracing::info_span!(
-                "event",
-                request_id = %event.request_id,
-                session_id = %event.session_id
-            );
-            let processed = worker.process(&event).instrument(span).await;
-            worker.metrics().event(&processed.outcome);
-            reply_to_processed(&event, &processed)
-        }
-        Err(invalid) => reject(&worker, &invalid),
-    };
+    let reply = super::answer(&worker, &message.payload).await;
     // A request without a reply subject was fire-and-forget: processed, not answered.
     if let Some(to) = message.reply
         && let Err(e) = client.publish(to, reply.encode().into()).await

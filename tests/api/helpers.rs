@@ -374,12 +374,15 @@ impl TestApp {
     }
 
     /// Sends the request from a task, for a test to act while the worker is busy with it.
+    /// It waits up to a minute: the busy work may be a multi-megabyte compaction in a
+    /// debug build on a loaded two-core machine (15 s was once too short under a
+    /// concurrent build), and no test here expects this request to time out.
     pub fn turn_starting_in_background(&self, session: &str) -> JoinHandle<Decision> {
         let client = self.client.clone();
         let session = session.to_owned();
         tokio::spawn(async move {
             client
-                .turn_starting(&session, Duration::from_secs(15))
+                .turn_starting(&session, Duration::from_secs(60))
                 .await
         })
     }

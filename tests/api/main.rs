@@ -28,6 +28,7 @@ mod facts;
 mod fixtures;
 mod fleet;
 mod helpers;
+mod in_process;
 mod isolation;
 mod jobs;
 mod langchain;

@@ -330,3 +330,63 @@ async fn a_flood_of_malformed_requests_gets_every_reply_and_a_bounded_number_of_
         "{warnings} warning lines for {FLOOD} rejects in {elapsed:?}, at most {bound}"
     );
 }
+
+/// A port on 127.0.0.1 where nothing listens: free, closed again.
+fn dead_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Neither NATS nor Postgres answers, and the environment sets no NATS_URL (the dead
+/// URLs come from a config file): the demo says so twice and compacts anyway, over the
+/// in-process transport on a temporary SQLite file.
+#[tokio::test]
+async fn the_demo_runs_with_neither_nats_nor_postgres() {
+    let dir = std::env::temp_dir().join(format!("summarizer-demo-{:08x}", fastrand::u32(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("summarizer.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "NATS_URL = \"nats://127.0.0.1:{}\"\nDATABASE_URL = \"{}\"\n",
+            dead_port(),
+            dead_postgres_url()
+        ),
+    )
+    .unwrap();
+    let demo = summarizer(&["--config", config.to_str().unwrap(), "demo"]);
+
+    let stdout = succeeds(demo, Duration::from_secs(90)).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    assert!(stdout.contains("NATS_URL is not set"), "{stdout}");
+    assert!(stdout.contains("over the in-process transport"), "{stdout}");
+    assert!(stdout.contains("falling back to SQLite"), "{stdout}");
+    assert!(stdout.contains(": compacted: session"), "{stdout}");
+    assert!(stdout.contains("compactions; demo done"), "{stdout}");
+}
+
+/// A NATS_URL the environment sets is the user's own server: when it does not answer,
+/// the demo stops and names it rather than work around it.
+#[tokio::test]
+async fn the_demo_stops_when_an_explicit_nats_url_does_not_answer() {
+    let mut demo = summarizer(&["demo", "--database", "sqlite"]);
+    demo.env("NATS_URL", format!("nats://127.0.0.1:{}", dead_port()));
+
+    let output = tokio::time::timeout(Duration::from_secs(30), demo.output())
+        .await
+        .expect("stops by itself")
+        .unwrap();
+
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("connecting to NATS at nats://127.0.0.1:"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!stdout.contains("in-process"), "{stdout}");
+}
