@@ -40,7 +40,7 @@ const INVARIANTS: &[Invariant] = &[
         remedy: None,
     },
     // The three tool-call invariants pair calls and results as the planner does (see their
-    // queries in `store::check`).
+    // queries in `store::postgres::invariants` and `store::sqlite::invariants`).
     Invariant {
         name: "separated_tool_result",
         description: "a tool result in the history answers a call that was archived",

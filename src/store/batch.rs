@@ -14,10 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use sqlx::Row;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Counters, PgStore, SharedStore, StoreError, counters_from};
+use super::{Counters, SharedStore, StoreError};
 
 /// Batched queries in flight at once. Small: the database shares the machine, and fewer,
 /// larger queries cost it less than many small ones.
@@ -155,40 +154,5 @@ async fn answer(store: SharedStore, batch: Vec<Lookup>, _slot: InFlight) {
         };
         // The event may have been abandoned (shutdown); nobody to tell then.
         let _ = lookup.answer.send(answer);
-    }
-}
-
-impl PgStore {
-    /// The counters of `session_ids`, in one query: one primary-key lookup per session,
-    /// whatever the table's size. The LIMIT keeps the lateral subquery from being
-    /// flattened into a join, which the planner turned into a sequential scan of all
-    /// sessions (hashed) for small tables, and a plain `session_id = ANY($1)` also went
-    /// that way (profiled: 20% of the machine's CPU in Postgres at 26k no-op events/s).
-    /// The session's settings come in the same lookup (a LEFT JOIN on their primary key).
-    ///
-    /// # Errors
-    /// When the database is unreachable.
-    pub async fn counters_of(
-        &self,
-        session_ids: &[&str],
-    ) -> Result<Vec<(String, Counters)>, StoreError> {
-        let rows = sqlx::query(concat!(
-            "SELECT wanted.session_id, s.*
-             FROM unnest($1::text[]) AS wanted (session_id)
-             CROSS JOIN LATERAL (
-                 SELECT ",
-            counters_columns_sql!(),
-            counters_from_sessions_sql!(),
-            "WHERE sessions.session_id = wanted.session_id
-                 LIMIT 1
-             ) AS s"
-        ))
-        .bind(session_ids)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("session_id")?, counters_from(r)?)))
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
     }
 }

@@ -1,7 +1,8 @@
 //! Dead letters on SQLite, kept for `summarizer dead-letters list|replay|purge` as
-//! `store::dead_letters` keeps them on Postgres.
+//! the Postgres store keeps them.
 
 use super::{RFC3339, SqliteStore};
+use crate::store::sql::{INSERT_DEAD_LETTER, PURGE_DEAD_LETTERS, UNMARK_REPLAYED};
 use crate::store::{DeadLetter, NewDeadLetter, StoreError};
 
 impl SqliteStore {
@@ -20,12 +21,12 @@ impl SqliteStore {
         let done = sqlx::query_scalar(
             "SELECT EXISTS (
                  SELECT 1 FROM usage_events
-                 WHERE session_id = ?1 AND json_extract(metadata, '$.job_id') = ?2
+                 WHERE session_id = $1 AND json_extract(metadata, '$.job_id') = $2
                    AND json_type(metadata, '$.summarization') = 'true')",
         )
         .bind(session_id)
         .bind(job_id)
-        .fetch_one(self.pool())
+        .fetch_one(&self.pool)
         .await?;
         Ok(done)
     }
@@ -38,21 +39,16 @@ impl SqliteStore {
     /// When the file cannot be written; the caller must then leave the job in the stream.
     pub async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError> {
         let _turn = self.write_turn().await?;
-        let id = sqlx::query_scalar(
-            "INSERT INTO dead_letters
-                 (session_id, subject, msg_id, payload, last_error, deliveries, job_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (job_key) DO NOTHING RETURNING id",
-        )
-        .bind(job.session_id)
-        .bind(job.subject)
-        .bind(job.msg_id)
-        .bind(job.payload)
-        .bind(job.last_error)
-        .bind(job.deliveries)
-        .bind(job.job_key)
-        .fetch_optional(self.pool())
-        .await?;
+        let id = sqlx::query_scalar(INSERT_DEAD_LETTER)
+            .bind(job.session_id)
+            .bind(job.subject)
+            .bind(job.msg_id)
+            .bind(job.payload)
+            .bind(job.last_error)
+            .bind(job.deliveries)
+            .bind(job.job_key)
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(id)
     }
 
@@ -63,13 +59,13 @@ impl SqliteStore {
     pub async fn dead_letters(&self, all: bool) -> Result<Vec<DeadLetter>, StoreError> {
         let rows = sqlx::query_as(
             "SELECT id, session_id, subject, msg_id, payload, last_error, deliveries,
-                    coalesce(strftime(?2, created_at), created_at) AS created_at,
-                    coalesce(strftime(?2, replayed_at), replayed_at) AS replayed_at
-             FROM dead_letters WHERE ?1 OR replayed_at IS NULL ORDER BY id",
+                    coalesce(strftime($2, created_at), created_at) AS created_at,
+                    coalesce(strftime($2, replayed_at), replayed_at) AS replayed_at
+             FROM dead_letters WHERE $1 OR replayed_at IS NULL ORDER BY id",
         )
         .bind(all)
         .bind(RFC3339)
-        .fetch_all(self.pool())
+        .fetch_all(&self.pool)
         .await?;
         Ok(rows)
     }
@@ -82,12 +78,12 @@ impl SqliteStore {
     pub async fn mark_replayed(&self, id: i64) -> Result<bool, StoreError> {
         let _turn = self.write_turn().await?;
         let marked = sqlx::query(
-            "UPDATE dead_letters SET replayed_at = strftime(?2, 'now')
-             WHERE id = ?1 AND replayed_at IS NULL",
+            "UPDATE dead_letters SET replayed_at = strftime($2, 'now')
+             WHERE id = $1 AND replayed_at IS NULL",
         )
         .bind(id)
         .bind(RFC3339)
-        .execute(self.pool())
+        .execute(&self.pool)
         .await?
         .rows_affected();
         Ok(marked == 1)
@@ -99,9 +95,9 @@ impl SqliteStore {
     /// When the file cannot be written.
     pub async fn unmark_replayed(&self, id: i64) -> Result<(), StoreError> {
         let _turn = self.write_turn().await?;
-        sqlx::query("UPDATE dead_letters SET replayed_at = NULL WHERE id = ?1")
+        sqlx::query(UNMARK_REPLAYED)
             .bind(id)
-            .execute(self.pool())
+            .execute(&self.pool)
             .await?;
         Ok(())
     }
@@ -113,9 +109,9 @@ impl SqliteStore {
     /// When the file cannot be written.
     pub async fn purge_dead_letters(&self, all: bool) -> Result<u64, StoreError> {
         let _turn = self.write_turn().await?;
-        let deleted = sqlx::query("DELETE FROM dead_letters WHERE ?1 OR replayed_at IS NOT NULL")
+        let deleted = sqlx::query(PURGE_DEAD_LETTERS)
             .bind(all)
-            .execute(self.pool())
+            .execute(&self.pool)
             .await?
             .rows_affected();
         Ok(deleted)

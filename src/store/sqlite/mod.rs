@@ -20,18 +20,20 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::{
-    CommitError, Committed, CountedAt, Counters, Loaded, NewSummary, StoreError, millis,
-    rememberable, remembered,
+    Applied, Backend, CommitError, Committed, CountedAt, CounterDrift, Counters, DeadLetter,
+    Finding, Invariant, Loaded, NewDeadLetter, NewSummary, Pruned, RestoreError, Restored, Saved,
+    SessionView, SettingsError, StatsReport, Store, StoreError, Totals,
 };
-use crate::message::{Message, Role};
+use crate::config::Limits;
+use crate::message::Message;
 use crate::outcome::Reason;
+use crate::overrides::{Change, SessionSettings};
 
 /// How long a statement waits for another connection's write lock before failing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -213,22 +215,6 @@ pub(super) fn now_ms() -> i64 {
 /// form Postgres's columns are shown in (`2026-12-03T08:16:00.123Z`).
 pub(super) const RFC3339: &str = "%Y-%m-%dT%H:%M:%fZ";
 
-/// A session's counters and settings, as [`counters_from`] reads them; `?1` is now
-/// ([`now_ms`]). The remembered skip applies only while the counters are those it was
-/// made at.
-macro_rules! select_counters_sql {
-    () => {
-        "SELECT sessions.session_id, total_chars, message_count, human_turns, last_compaction_id,
-           coalesce(retry_at > ?1, 0) AS backing_off,
-           CASE WHEN skip_at_chars = total_chars AND skip_at_count = message_count
-                THEN skip_reason END AS skip_reason,
-           skip_at_keep,
-           st.enabled AS settings_enabled, st.threshold_chars AS settings_threshold_chars,
-           st.keep_chars AS settings_keep_chars, st.model AS settings_model
-    FROM sessions LEFT JOIN session_settings AS st ON st.session_id = sessions.session_id "
-    };
-}
-
 /// The session's lease is free: no owner, or its expiry has passed; `$now` is the
 /// placeholder of now, in unix milliseconds.
 macro_rules! lease_free_sql {
@@ -237,18 +223,20 @@ macro_rules! lease_free_sql {
     };
 }
 
-/// Counts a failure of the reason `?1` for today (UTC) in the rollup.
+/// Counts a failure of the reason `$1` for today (UTC) in the rollup.
 macro_rules! count_failure_sql {
     () => {
         "INSERT INTO failure_daily (day, reason, failures)
-         VALUES (date('now'), ?1, 1)
+         VALUES (date('now'), $1, 1)
          ON CONFLICT (day, reason) DO UPDATE SET failures = failures + 1"
     };
 }
 
 // After the SQL macros, which they use.
-mod check;
+mod commit;
+mod counters;
 mod dead_letters;
+mod invariants;
 mod pending;
 mod restore;
 mod settings;
@@ -265,143 +253,55 @@ impl SqliteStore {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
+}
 
-    /// The session's counters: one primary-key read. `None` for a session with no row.
-    ///
-    /// # Errors
-    /// When the database fails.
-    pub async fn counters(&self, session_id: &str) -> Result<Option<Counters>, StoreError> {
-        let row = sqlx::query(concat!(
-            select_counters_sql!(),
-            "WHERE sessions.session_id = ?2"
-        ))
-        .bind(now_ms())
-        .bind(session_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| counters_from(&r))
-            .transpose()
-            .map_err(Into::into)
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
     }
 
-    /// The counters of `session_ids`, in one query.
-    ///
-    /// # Errors
-    /// When the database fails.
-    pub async fn counters_of(
+    fn connections(&self) -> (u32, usize) {
+        (self.pool.size(), self.pool.num_idle())
+    }
+
+    async fn close(&self) {
+        SqliteStore::close(self).await;
+    }
+
+    async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        SqliteStore::migrate(self).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        SqliteStore::ping(self).await
+    }
+
+    async fn counters(&self, session_id: &str) -> Result<Option<Counters>, StoreError> {
+        SqliteStore::counters(self, session_id).await
+    }
+
+    async fn counters_of(
         &self,
         session_ids: &[&str],
     ) -> Result<Vec<(String, Counters)>, StoreError> {
-        let ids = serde_json::to_string(session_ids).map_err(|e| sqlx::Error::Encode(e.into()))?;
-        let rows = sqlx::query(concat!(
-            select_counters_sql!(),
-            "WHERE sessions.session_id IN (SELECT value FROM json_each(?2))"
-        ))
-        .bind(now_ms())
-        .bind(ids)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("session_id")?, counters_from(r)?)))
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
+        SqliteStore::counters_of(self, session_ids).await
     }
 
-    /// Takes the session's lease for `owner` unless another owner holds an unexpired one,
-    /// then loads the session's messages with their fingerprints. Two statements, where
-    /// Postgres makes one: a message appended in between is loaded or not, and either
-    /// way the commit fences on what was loaded.
-    ///
-    /// # Errors
-    /// When the database fails; no lease is taken then.
-    pub async fn take_lease_and_load(
+    async fn take_lease_and_load(
         &self,
         session_id: &str,
         owner: &str,
         duration: Duration,
     ) -> Result<Option<Loaded>, StoreError> {
-        let turn = self.write_turn().await?;
-        let taken = sqlx::query(concat!(
-            "UPDATE sessions SET lease_owner = ?2, lease_expires_at = ?3 + ?4
-             WHERE session_id = ?1 AND ",
-            lease_free_sql!("?3")
-        ))
-        .bind(session_id)
-        .bind(owner)
-        .bind(now_ms())
-        .bind(millis(duration))
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        drop(turn);
-        self.load_if_leased(taken > 0, session_id, owner).await
+        SqliteStore::take_lease_and_load(self, session_id, owner, duration).await
     }
 
-    /// After a statement that took the session's lease for `owner` (`leased`) or not:
-    /// the history, or `None`. A failed load gives the lease back.
-    async fn load_if_leased(
-        &self,
-        leased: bool,
-        session_id: &str,
-        owner: &str,
-    ) -> Result<Option<Loaded>, StoreError> {
-        if !leased {
-            return Ok(None);
-        }
-        match self.load(session_id).await {
-            Ok(loaded) => Ok(Some(loaded)),
-            Err(e) => {
-                // Not left holding a lease nobody will use.
-                let _ = self.release_lease(session_id, owner).await;
-                Err(e)
-            }
-        }
+    async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
+        SqliteStore::release_lease(self, session_id, owner).await
     }
 
-    /// The session's messages in `seq` order, with their fingerprints.
-    async fn load(&self, session_id: &str) -> Result<Loaded, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, role, coalesce(content, '') AS content, tool_calls, tool_call_id,
-                    is_summary, chars, CAST(row_version AS TEXT) AS fingerprint
-             FROM messages WHERE session_id = ?1 ORDER BY seq",
-        )
-        .bind(session_id)
-        .fetch_all(&self.pool)
-        .await?;
-        let messages = rows.iter().map(message_from).collect::<Result<_, _>>()?;
-        let fingerprints = rows
-            .iter()
-            .map(|r| r.try_get("fingerprint"))
-            .collect::<Result<_, _>>()?;
-        Ok(Loaded {
-            messages,
-            fingerprints,
-        })
-    }
-
-    /// Gives the lease up if `owner` still holds it; a no-op otherwise.
-    ///
-    /// # Errors
-    /// When the database fails; the lease then runs out by itself.
-    pub async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await?;
-        sqlx::query(
-            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
-             WHERE session_id = ?1 AND lease_owner = ?2",
-        )
-        .bind(session_id)
-        .bind(owner)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    /// Gives the lease up and remembers why the planner refused the history `counted`
-    /// describes, as [`super::PgStore::release_lease_remembering`] does.
-    ///
-    /// # Errors
-    /// When the database fails; the lease then runs out by itself.
-    pub async fn release_lease_remembering(
+    async fn release_lease_remembering(
         &self,
         session_id: &str,
         owner: &str,
@@ -409,33 +309,11 @@ impl SqliteStore {
         counted: CountedAt,
         keep_chars: i64,
     ) -> Result<(), StoreError> {
-        if !rememberable(reason) {
-            return self.release_lease(session_id, owner).await;
-        }
-        let _turn = self.write_turn().await?;
-        sqlx::query(
-            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
-                 skip_reason = ?3, skip_at_chars = ?4, skip_at_count = ?5, skip_at_keep = ?6
-             WHERE session_id = ?1 AND lease_owner = ?2",
-        )
-        .bind(session_id)
-        .bind(owner)
-        .bind(reason.as_str())
-        .bind(counted.total_chars)
-        .bind(counted.message_count)
-        .bind(keep_chars)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        SqliteStore::release_lease_remembering(self, session_id, owner, reason, counted, keep_chars)
+            .await
     }
 
-    /// Gives the lease up after a failure and puts the session in backoff, as
-    /// [`super::PgStore::record_failure`] does (the same exponent cap of 30; a product
-    /// past SQLite's integers becomes a real, and the cap at `max` applies to it).
-    ///
-    /// # Errors
-    /// When the database fails; the lease then runs out by itself.
-    pub async fn record_failure(
+    async fn record_failure(
         &self,
         session_id: &str,
         owner: Option<&str>,
@@ -443,229 +321,126 @@ impl SqliteStore {
         base: Duration,
         max: Duration,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(count_failure_sql!())
-            .bind(reason)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
-                 failures = failures + (failures < 2147483647),
-                 retry_at = CASE WHEN ?3 > 0
-                     THEN ?5 + min(?3 * (1 << min(failures, 30)), ?4)
-                 END
-             WHERE session_id = ?1
-               AND (lease_owner = ?2
-                    OR (?2 IS NULL AND (lease_owner IS NULL OR lease_expires_at <= ?5)))",
-        )
-        .bind(session_id)
-        .bind(owner)
-        .bind(millis(base))
-        .bind(millis(max))
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        SqliteStore::record_failure(self, session_id, owner, reason, base, max).await
     }
 
-    /// The session's messages in `seq` order.
-    ///
-    /// # Errors
-    /// When the database fails.
-    pub async fn messages(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
-        Ok(self.load(session_id).await?.messages)
+    async fn messages(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        SqliteStore::messages(self, session_id).await
     }
 
-    /// Replaces the planned prefix with the summary, in one transaction that holds the
-    /// file's write lock from its first statement: fences on the lease, checks the prefix
-    /// is exactly as planned (seqs, chars and row versions), writes the usage event,
-    /// archives and deletes the prefix, drops a pending summary, inserts the summary in
-    /// the prefix's place and releases the lease. Appends from other connections wait
-    /// for it (busy timeout) and land after it.
-    ///
-    /// # Errors
-    /// As [`super::PgStore::commit`]; nothing is written in any case.
-    pub async fn commit(&self, summary: &NewSummary<'_>) -> Result<Committed, CommitError> {
-        let mut tx = self.begin_write().await?;
-        let fenced = sqlx::query(
-            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
-                 failures = 0, retry_at = NULL
-             WHERE session_id = ?1 AND lease_owner = ?2",
-        )
-        .bind(summary.session_id)
-        .bind(summary.lease_owner)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if fenced == 0 {
-            return Err(CommitError::LeaseLost);
-        }
-        let prefix = Prefix::read(&mut tx, summary.session_id, summary.cut_seq).await?;
-        // Dropping the transaction rolls it back.
-        let first_seq = match prefix.seqs.first() {
-            Some(&first)
-                if prefix.is(
-                    summary.removed_seqs,
-                    summary.removed_chars,
-                    summary.removed_fingerprints,
-                ) =>
-            {
-                first
-            }
-            _ => return Err(CommitError::PrefixChanged),
-        };
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO usage_events
-                 (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?3 + ?4, ?5)
-             RETURNING id",
-        )
-        .bind(summary.session_id)
-        .bind(summary.model)
-        .bind(summary.prompt_tokens)
-        .bind(summary.completion_tokens)
-        .bind(summary.event_metadata().to_string())
-        .fetch_one(&mut *tx)
-        .await?;
-        let superseded = replace_prefix(&mut tx, summary.session_id, summary.cut_seq, id).await?;
-        write_summary(&mut tx, summary.session_id, first_seq, summary.text, id).await?;
-        tx.commit().await?;
-        Ok(Committed {
-            compaction_id: id,
-            superseded,
-        })
+    async fn commit(&self, summary: &NewSummary<'_>) -> Result<Committed, CommitError> {
+        SqliteStore::commit(self, summary).await
     }
-}
 
-/// The non-system messages before a cut, as the commit compares them with the plan.
-struct Prefix {
-    seqs: Vec<i64>,
-    chars: Vec<i64>,
-    versions: Vec<String>,
-}
-
-impl Prefix {
-    async fn read(
-        tx: &mut SqliteConnection,
+    async fn take_lease_for_precompute(
+        &self,
         session_id: &str,
-        cut_seq: i64,
-    ) -> Result<Self, sqlx::Error> {
-        let rows = sqlx::query(
-            "SELECT seq, chars, CAST(row_version AS TEXT) AS version FROM messages
-             WHERE session_id = ?1 AND seq < ?2 AND role <> 'system' ORDER BY seq",
-        )
-        .bind(session_id)
-        .bind(cut_seq)
-        .fetch_all(tx)
-        .await?;
-        let mut prefix = Self {
-            seqs: Vec::with_capacity(rows.len()),
-            chars: Vec::with_capacity(rows.len()),
-            versions: Vec::with_capacity(rows.len()),
-        };
-        for row in &rows {
-            prefix.seqs.push(row.try_get("seq")?);
-            prefix.chars.push(row.try_get("chars")?);
-            prefix.versions.push(row.try_get("version")?);
-        }
-        Ok(prefix)
+        owner: &str,
+        duration: Duration,
+        planned: (Limits, Option<&str>),
+        ttl: Duration,
+    ) -> Result<Option<Loaded>, StoreError> {
+        SqliteStore::take_lease_for_precompute(self, session_id, owner, duration, planned, ttl)
+            .await
     }
 
-    /// Exactly the planned prefix: the same rows, of the same sizes, in the same versions.
-    fn is(&self, seqs: &[i64], chars: &[i64], versions: &[String]) -> bool {
-        self.seqs == seqs && self.chars == chars && self.versions == versions
+    async fn save_pending(
+        &self,
+        pending: &NewSummary<'_>,
+        limits: Limits,
+        ttl: Duration,
+    ) -> Result<Saved, StoreError> {
+        SqliteStore::save_pending(self, pending, limits, ttl).await
     }
-}
 
-/// Archives the non-system messages before `cut_seq` under `compaction_id` and deletes
-/// them, and drops the session's pending summary: `true` when there was one.
-async fn replace_prefix(
-    tx: &mut SqliteConnection,
-    session_id: &str,
-    cut_seq: i64,
-    compaction_id: i64,
-) -> Result<bool, sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO archived_messages (compaction_id, session_id, seq, role, content,
-             tool_calls, tool_call_id, is_summary, chars, created_at, external_id, extra)
-         SELECT ?3, session_id, seq, role, content, tool_calls, tool_call_id, is_summary,
-             chars, created_at, external_id, extra
-         FROM messages WHERE session_id = ?1 AND seq < ?2 AND role <> 'system'",
-    )
-    .bind(session_id)
-    .bind(cut_seq)
-    .bind(compaction_id)
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query("DELETE FROM messages WHERE session_id = ?1 AND seq < ?2 AND role <> 'system'")
-        .bind(session_id)
-        .bind(cut_seq)
-        .execute(&mut *tx)
-        .await?;
-    let pending = sqlx::query("DELETE FROM pending_summaries WHERE session_id = ?1")
-        .bind(session_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    Ok(pending > 0)
-}
+    async fn apply_pending(
+        &self,
+        session_id: &str,
+        ids: (&str, Option<&str>),
+        planned: (Limits, Option<&str>),
+        ttl: Duration,
+    ) -> Result<Applied, StoreError> {
+        SqliteStore::apply_pending(self, session_id, ids, planned, ttl).await
+    }
 
-/// Inserts the summary at `seq` (the first removed message's) and records the compaction
-/// as the session's latest.
-async fn write_summary(
-    tx: &mut SqliteConnection,
-    session_id: &str,
-    seq: i64,
-    text: &str,
-    compaction_id: i64,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO messages (session_id, seq, role, content, is_summary)
-         VALUES (?1, ?2, 'user', ?3, 1)",
-    )
-    .bind(session_id)
-    .bind(seq)
-    .bind(text)
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query("UPDATE sessions SET last_compaction_id = ?2 WHERE session_id = ?1")
-        .bind(session_id)
-        .bind(compaction_id)
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
-}
+    async fn session(
+        &self,
+        session_id: &str,
+        limit: i64,
+    ) -> Result<Option<SessionView>, StoreError> {
+        SqliteStore::session(self, session_id, limit).await
+    }
 
-fn counters_from(row: &SqliteRow) -> Result<Counters, sqlx::Error> {
-    Ok(Counters {
-        total_chars: row.try_get("total_chars")?,
-        message_count: row.try_get("message_count")?,
-        human_turns: row.try_get("human_turns")?,
-        backing_off: row.try_get("backing_off")?,
-        remembered_skip: row
-            .try_get::<Option<String>, _>("skip_reason")?
-            .and_then(|reason| remembered(&reason)),
-        skip_at_keep: row.try_get("skip_at_keep")?,
-        settings: settings::settings_from(row)?,
-        last_compaction_id: row.try_get("last_compaction_id")?,
-    })
-}
+    async fn restore(&self, session_id: &str, from: Option<i64>) -> Result<Restored, RestoreError> {
+        SqliteStore::restore(self, session_id, from).await
+    }
 
-fn message_from(row: &SqliteRow) -> Result<Message, sqlx::Error> {
-    let role: String = row.try_get("role")?;
-    let tool_calls = row
-        .try_get::<Option<String>, _>("tool_calls")?
-        .map(|text| serde_json::from_str(&text))
-        .transpose()
-        .map_err(|e| sqlx::Error::Decode(e.into()))?;
-    Ok(Message {
-        seq: row.try_get("seq")?,
-        role: Role::from_str(&role).map_err(|e| sqlx::Error::Decode(e.into()))?,
-        content: row.try_get("content")?,
-        tool_calls,
-        tool_call_id: row.try_get("tool_call_id")?,
-        is_summary: row.try_get("is_summary")?,
-        chars: row.try_get("chars")?,
-    })
+    async fn prune_archive(
+        &self,
+        older_than: Duration,
+        dry_run: bool,
+    ) -> Result<Pruned, StoreError> {
+        SqliteStore::prune_archive(self, older_than, dry_run).await
+    }
+
+    async fn session_settings(&self, session_id: &str) -> Result<SessionSettings, StoreError> {
+        SqliteStore::session_settings(self, session_id).await
+    }
+
+    async fn change_session_settings(
+        &self,
+        session_id: &str,
+        changes: &[Change],
+        configured: Limits,
+    ) -> Result<SessionSettings, SettingsError> {
+        SqliteStore::change_session_settings(self, session_id, changes, configured).await
+    }
+
+    async fn count_failure(&self, reason: &str) -> Result<(), StoreError> {
+        SqliteStore::count_failure(self, reason).await
+    }
+
+    async fn stats(&self, days: i32) -> Result<StatsReport, StoreError> {
+        SqliteStore::stats(self, days).await
+    }
+
+    async fn compacted_by_job(&self, session_id: &str, job_id: &str) -> Result<bool, StoreError> {
+        SqliteStore::compacted_by_job(self, session_id, job_id).await
+    }
+
+    async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError> {
+        SqliteStore::dead_letter(self, job).await
+    }
+
+    async fn dead_letters(&self, all: bool) -> Result<Vec<DeadLetter>, StoreError> {
+        SqliteStore::dead_letters(self, all).await
+    }
+
+    async fn mark_replayed(&self, id: i64) -> Result<bool, StoreError> {
+        SqliteStore::mark_replayed(self, id).await
+    }
+
+    async fn unmark_replayed(&self, id: i64) -> Result<(), StoreError> {
+        SqliteStore::unmark_replayed(self, id).await
+    }
+
+    async fn purge_dead_letters(&self, all: bool) -> Result<u64, StoreError> {
+        SqliteStore::purge_dead_letters(self, all).await
+    }
+
+    async fn check_totals(&self) -> Result<Totals, StoreError> {
+        SqliteStore::check_totals(self).await
+    }
+
+    async fn breaches(&self, invariant: Invariant) -> Result<Vec<Finding>, StoreError> {
+        SqliteStore::breaches(self, invariant).await
+    }
+
+    async fn counter_drift(&self) -> Result<Vec<CounterDrift>, StoreError> {
+        SqliteStore::counter_drift(self).await
+    }
+
+    async fn repair_counters(&self) -> Result<Vec<CounterDrift>, StoreError> {
+        SqliteStore::repair_counters(self).await
+    }
 }

@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use sqlx::{Row, SqliteConnection};
 
-use super::{Prefix, SqliteStore, now_ms, replace_prefix, write_summary};
+use super::commit::{Prefix, replace_prefix, write_summary};
+use super::{SqliteStore, now_ms};
 use crate::config::Limits;
 use crate::message::char_count;
-use crate::store::{Applied, Discard, Loaded, NewSummary, Saved, StoreError, millis};
+use crate::store::model::millis;
+use crate::store::{Applied, Discard, Loaded, NewSummary, Saved, StoreError};
 
 impl SqliteStore {
     /// Takes the session's lease for a precompute and loads the history, unless another
@@ -29,14 +31,14 @@ impl SqliteStore {
     ) -> Result<Option<Loaded>, StoreError> {
         let turn = self.write_turn().await?;
         let taken = sqlx::query(concat!(
-            "UPDATE sessions SET lease_owner = ?2, lease_expires_at = ?3 + ?4
-             WHERE session_id = ?1 AND ",
-            lease_free_sql!("?3"),
+            "UPDATE sessions SET lease_owner = $2, lease_expires_at = $3 + $4
+             WHERE session_id = $1 AND ",
+            lease_free_sql!("$3"),
             " AND NOT EXISTS (
                  SELECT 1 FROM pending_summaries p
-                 WHERE p.session_id = ?1 AND p.created_at > ?3 - ?5
-                   AND p.threshold_chars = ?6 AND p.keep_chars = ?7
-                   AND p.requested_model IS ?8)"
+                 WHERE p.session_id = $1 AND p.created_at > $3 - $5
+                   AND p.threshold_chars = $6 AND p.keep_chars = $7
+                   AND p.requested_model IS $8)"
         ))
         .bind(session_id)
         .bind(owner)
@@ -55,7 +57,7 @@ impl SqliteStore {
 
     /// Stores `pending` as the session's pending summary and gives the lease back, fenced
     /// on the lease; drops other sessions' pending summaries older than `ttl` (at most
-    /// 100). One transaction; as [`crate::store::PgStore::save_pending`].
+    /// 100). One transaction; as [`crate::store::Store::save_pending`].
     ///
     /// # Errors
     /// When the database fails; nothing is written then.
@@ -72,7 +74,7 @@ impl SqliteStore {
         let expired = sqlx::query(
             "DELETE FROM pending_summaries WHERE session_id IN (
                  SELECT session_id FROM pending_summaries
-                 WHERE created_at <= ?2 - ?3 AND session_id <> ?1 LIMIT 100)",
+                 WHERE created_at <= $2 - $3 AND session_id <> $1 LIMIT 100)",
         )
         .bind(pending.session_id)
         .bind(now)
@@ -82,7 +84,7 @@ impl SqliteStore {
         .rows_affected();
         let fenced = sqlx::query(
             "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
-             WHERE session_id = ?1 AND lease_owner = ?2",
+             WHERE session_id = $1 AND lease_owner = $2",
         )
         .bind(pending.session_id)
         .bind(pending.lease_owner)
@@ -93,7 +95,7 @@ impl SqliteStore {
         let mut replaced = false;
         if fenced {
             replaced = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM pending_summaries WHERE session_id = ?1)",
+                "SELECT EXISTS (SELECT 1 FROM pending_summaries WHERE session_id = $1)",
             )
             .bind(pending.session_id)
             .fetch_one(&mut *tx)
@@ -103,7 +105,7 @@ impl SqliteStore {
                      removed_chars, removed_versions, prefix_hash, threshold_chars, keep_chars,
                      requested_model, summary, model, prompt_tokens, completion_tokens,
                      metadata, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
                  ON CONFLICT (session_id) DO UPDATE SET
                      cut_seq = excluded.cut_seq, removed_seqs = excluded.removed_seqs,
                      removed_chars = excluded.removed_chars,
@@ -162,7 +164,7 @@ impl SqliteStore {
     ) -> Result<Applied, StoreError> {
         // The common case with precompute on and nothing prepared: no write lock taken.
         let any: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM pending_summaries WHERE session_id = ?1")
+            sqlx::query_scalar("SELECT 1 FROM pending_summaries WHERE session_id = $1")
                 .bind(session_id)
                 .fetch_optional(self.pool())
                 .await?;
@@ -174,8 +176,8 @@ impl SqliteStore {
         let started = Instant::now();
         let now = now_ms();
         let session = sqlx::query(concat!(
-            "SELECT message_count, total_chars FROM sessions WHERE session_id = ?1 AND ",
-            lease_free_sql!("?2")
+            "SELECT message_count, total_chars FROM sessions WHERE session_id = $1 AND ",
+            lease_free_sql!("$2")
         ))
         .bind(session_id)
         .bind(now)
@@ -190,7 +192,7 @@ impl SqliteStore {
                     completion_tokens, metadata, created_at,
                     strftime('%Y-%m-%dT%H:%M:%fZ', created_at / 1000.0, 'unixepoch')
                         AS created_at_text
-             FROM pending_summaries WHERE session_id = ?1",
+             FROM pending_summaries WHERE session_id = $1",
         )
         .bind(session_id)
         .fetch_optional(&mut *tx)
@@ -229,7 +231,7 @@ impl SqliteStore {
                 None
             }
         };
-        sqlx::query("DELETE FROM pending_summaries WHERE session_id = ?1")
+        sqlx::query("DELETE FROM pending_summaries WHERE session_id = $1")
             .bind(session_id)
             .execute(&mut *tx)
             .await?;
@@ -275,7 +277,7 @@ impl SqliteStore {
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO usage_events
                  (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?3 + ?4, ?5)
+             VALUES ($1, $2, $3, $4, $3 + $4, $5)
              RETURNING id",
         )
         .bind(session_id)
@@ -287,7 +289,7 @@ impl SqliteStore {
         .await?;
         replace_prefix(&mut tx, session_id, cut_seq, id).await?;
         write_summary(&mut tx, session_id, first_seq, &summary, id).await?;
-        sqlx::query("UPDATE sessions SET failures = 0, retry_at = NULL WHERE session_id = ?1")
+        sqlx::query("UPDATE sessions SET failures = 0, retry_at = NULL WHERE session_id = $1")
             .bind(session_id)
             .execute(&mut *tx)
             .await?;
@@ -315,22 +317,22 @@ async fn planner_rule_broken(
     let (human_at_cut, paired): (bool, bool) = sqlx::query_as(
         "SELECT
              EXISTS (SELECT 1 FROM messages
-                     WHERE session_id = ?1 AND seq = ?2 AND role = 'user' AND NOT is_summary),
+                     WHERE session_id = $1 AND seq = $2 AND role = 'user' AND NOT is_summary),
              NOT EXISTS (
                  SELECT 1 FROM messages AS result
-                 WHERE result.session_id = ?1 AND result.seq >= ?2 AND result.role = 'tool'
+                 WHERE result.session_id = $1 AND result.seq >= $2 AND result.role = 'tool'
                    AND result.tool_call_id IN (
                        SELECT json_extract(call.tool_calls, c.fullkey || '.id')
                        FROM messages AS call, json_each(CASE json_type(call.tool_calls)
                            WHEN 'array' THEN call.tool_calls ELSE '[]' END) AS c
-                       WHERE call.session_id = ?1 AND call.seq < ?2 AND call.role <> 'system'
+                       WHERE call.session_id = $1 AND call.seq < $2 AND call.role <> 'system'
                          AND json_type(call.tool_calls, c.fullkey || '.id') = 'text')
                    AND NOT EXISTS (
                        SELECT 1
                        FROM messages AS later, json_each(CASE json_type(later.tool_calls)
                            WHEN 'array' THEN later.tool_calls ELSE '[]' END) AS c
-                       WHERE later.session_id = ?1
-                         AND later.seq >= ?2 AND later.seq < result.seq
+                       WHERE later.session_id = $1
+                         AND later.seq >= $2 AND later.seq < result.seq
                          AND json_extract(later.tool_calls, c.fullkey || '.id')
                              = result.tool_call_id))",
     )

@@ -1,10 +1,11 @@
 //! The aggregates behind `GET /stats` and `summarizer stats`, read from the daily rollups
-//! that the usage-event triggers keep, as `store::stats` reads them from Postgres.
+//! that the usage-event triggers keep, as on Postgres.
 
 use std::collections::BTreeMap;
 
 use super::{RFC3339, SqliteStore};
-use crate::store::stats::{Totals, report};
+use crate::store::model::{StatsRow, report};
+use crate::store::sql::{DURATION_BUCKETS, FAILURES_BY_REASON};
 use crate::store::{StatsReport, StoreError};
 
 impl SqliteStore {
@@ -16,7 +17,7 @@ impl SqliteStore {
         let _turn = self.write_turn().await?;
         sqlx::query(count_failure_sql!())
             .bind(reason)
-            .execute(self.pool())
+            .execute(&self.pool)
             .await?;
         Ok(())
     }
@@ -28,30 +29,26 @@ impl SqliteStore {
     /// # Errors
     /// When the file cannot be read.
     pub async fn stats(&self, days: i32) -> Result<StatsReport, StoreError> {
-        let totals: Totals = sqlx::query_as(
+        let totals: StatsRow = sqlx::query_as(
             "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
                     total_tokens_compacted, prompt_tokens, completion_tokens, mean_fact_recall,
                     total_precomputed,
-                    coalesce(strftime(?1, last_summarization_at), last_summarization_at)
+                    coalesce(strftime($1, last_summarization_at), last_summarization_at)
                         AS last_summarization_at
              FROM summarization_stats",
         )
         .bind(RFC3339)
-        .fetch_one(self.pool())
+        .fetch_one(&self.pool)
         .await?;
-        let failures: BTreeMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
-            "SELECT reason, sum(failures) FROM failure_daily GROUP BY reason",
-        )
-        .fetch_all(self.pool())
-        .await?
-        .into_iter()
-        .collect();
-        let buckets: Vec<(i16, i64)> = sqlx::query_as(
-            "SELECT bucket, sum(compactions) FROM compaction_duration_daily
-             GROUP BY bucket HAVING sum(compactions) > 0 ORDER BY bucket",
-        )
-        .fetch_all(self.pool())
-        .await?;
+        let failures: BTreeMap<String, i64> =
+            sqlx::query_as::<_, (String, i64)>(FAILURES_BY_REASON)
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .collect();
+        let buckets: Vec<(i16, i64)> = sqlx::query_as(DURATION_BUCKETS)
+            .fetch_all(&self.pool)
+            .await?;
         // Days are 'YYYY-MM-DD' text, which compares as the dates do.
         let daily = sqlx::query_as(
             "SELECT d.day,
@@ -65,11 +62,11 @@ impl SqliteStore {
              LEFT JOIN compaction_daily AS c ON c.day = d.day
              LEFT JOIN (SELECT day, sum(failures) AS failures FROM failure_daily GROUP BY day)
                  AS f ON f.day = d.day
-             WHERE d.day > date('now', printf('%d days', -?1))
+             WHERE d.day > date('now', printf('%d days', -$1))
              ORDER BY d.day",
         )
         .bind(days)
-        .fetch_all(self.pool())
+        .fetch_all(&self.pool)
         .await?;
         Ok(report(totals, failures, &buckets, daily))
     }

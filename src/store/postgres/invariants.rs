@@ -1,103 +1,18 @@
 //! The queries behind `summarizer check` and `summarizer repair`: each invariant is one
 //! query listing the sessions that break it, and a session's counters are recomputed
-//! from its messages. They return plain data; `crate::check` decides what a breach means
+//! from its messages. They return plain data; `crate::audit` decides what a breach means
 //! and writes the report.
 
-use std::fmt;
+use super::PgStore;
+use crate::store::model::{DriftRow, drift_finding};
+use crate::store::{CounterDrift, Finding, Invariant, StoreError, Totals};
 
-use sqlx::Row;
-
-use super::{PgStore, StoreError};
-
-/// An invariant the whole database must keep whatever crashed, restarted or raced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Invariant {
-    /// A message is both in the history and in the archive, or archived twice.
-    DuplicatedMessage,
-    /// A session's history holds more than one summary.
-    SeveralSummaries,
-    /// A summary is not before every non-system message of its session.
-    MisplacedSummary,
-    /// A tool result in the history answers a call that was archived.
-    SeparatedToolResult,
-    /// A tool result in the history has no earlier call of its id, so the planner cannot
-    /// keep it with its call.
-    UnpairedToolResult,
-    /// `tool_calls` is not a JSON array (double-encoded, or another shape written before
-    /// the `tool_calls_is_array` constraint).
-    ToolCallsNotAnArray,
-    /// Archived messages whose compaction has no summarization usage event.
-    CompactionWithoutUsageEvent,
-    /// A summarization usage event whose figures differ from its archive.
-    UsageEventMismatch,
-    /// A history holds a summary but its session has no compaction.
-    SummaryWithoutCompaction,
-    /// A session's counters differ from its messages (`Store::counter_drift`).
-    CountersDrift,
-    /// A message's text is not valid UTF-8: SQLite stores any bytes cast to TEXT, and
-    /// such a row cannot be read as text, so its session is never compacted.
-    TextNotUtf8,
-}
-
-/// One breach of an invariant: where, and what an operator would look at.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
-    pub session_id: String,
-    pub detail: String,
-}
-
-/// The sizes a check report starts with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Totals {
-    pub sessions: i64,
-    pub messages: i64,
-    pub archived_messages: i64,
-    pub compactions: i64,
-}
-
-/// A session's counters: stored in `sessions`, or as its messages give them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SessionCounts {
-    pub total_chars: i64,
-    pub message_count: i64,
-    pub human_turns: i64,
-}
-
-impl fmt::Display for SessionCounts {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{}/{}",
-            self.total_chars, self.message_count, self.human_turns
-        )
-    }
-}
-
-/// A session whose stored counters differ from its messages.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CounterDrift {
-    pub session_id: String,
-    /// `None`: messages with no `sessions` row at all.
-    pub stored: Option<SessionCounts>,
-    pub actual: SessionCounts,
-}
-
-impl fmt::Display for CounterDrift {
-    /// `session: stored -> actual`, counters as `chars/messages/human turns`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.stored {
-            Some(stored) => write!(f, "{}: {stored} -> {}", self.session_id, self.actual),
-            None => write!(f, "{}: no row -> {}", self.session_id, self.actual),
-        }
-    }
-}
-
-impl Invariant {
-    /// `(session_id, detail)` for each breach. `None` for [`Invariant::CountersDrift`],
-    /// which is read through [`PgStore::counter_drift`].
-    fn sql(self) -> Option<&'static str> {
-        Some(match self {
-            Self::DuplicatedMessage => {
+/// `(session_id, detail)` for each breach of `invariant`. `None` for
+/// [`Invariant::CountersDrift`], which is read through [`PgStore::counter_drift`].
+fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
+    use Invariant as I;
+    Some(match invariant {
+            I::DuplicatedMessage => {
                 "SELECT session_id, 'seq ' || seq FROM (
                      SELECT session_id, seq FROM messages WHERE NOT is_summary
                      UNION ALL
@@ -105,11 +20,11 @@ impl Invariant {
                  ) AS everything
                  GROUP BY session_id, seq HAVING count(*) > 1"
             }
-            Self::SeveralSummaries => {
+            I::SeveralSummaries => {
                 "SELECT session_id, count(*) || ' summaries' FROM messages WHERE is_summary
                  GROUP BY session_id HAVING count(*) > 1"
             }
-            Self::MisplacedSummary => {
+            I::MisplacedSummary => {
                 "SELECT s.session_id, 'summary seq ' || s.seq || ', message seq ' || min(m.seq)
                  FROM messages s
                  JOIN messages m ON m.session_id = s.session_id AND m.seq < s.seq
@@ -121,7 +36,7 @@ impl Invariant {
             // answers the nearest earlier call of its id, and `tool_calls_array` reads the
             // calls of a stored value as `Message::calls` does (a double-encoded array
             // included).
-            Self::SeparatedToolResult => {
+            I::SeparatedToolResult => {
                 "SELECT t.session_id, 'tool_call_id ' || t.tool_call_id
                  FROM messages t
                  WHERE t.tool_call_id IS NOT NULL
@@ -134,7 +49,7 @@ impl Invariant {
                        WHERE a.session_id = t.session_id
                          AND a.tool_calls IS NOT NULL AND call ->> 'id' = t.tool_call_id)"
             }
-            Self::UnpairedToolResult => {
+            I::UnpairedToolResult => {
                 "SELECT t.session_id, 'tool_call_id ' || t.tool_call_id
                  FROM messages t
                  WHERE t.tool_call_id IS NOT NULL
@@ -147,19 +62,19 @@ impl Invariant {
                        WHERE a.session_id = t.session_id
                          AND a.tool_calls IS NOT NULL AND call ->> 'id' = t.tool_call_id)"
             }
-            Self::ToolCallsNotAnArray => {
+            I::ToolCallsNotAnArray => {
                 "SELECT session_id, 'seq ' || seq || ': a JSON ' || jsonb_typeof(tool_calls)
                  FROM messages
                  WHERE jsonb_typeof(tool_calls) NOT IN ('array', 'null')"
             }
-            Self::CompactionWithoutUsageEvent => {
+            I::CompactionWithoutUsageEvent => {
                 "SELECT DISTINCT a.session_id, 'compaction ' || a.compaction_id
                  FROM archived_messages a
                  LEFT JOIN usage_events u ON u.id = a.compaction_id
                      AND u.metadata @> '{\"summarization\": true}'
                  WHERE u.id IS NULL"
             }
-            Self::UsageEventMismatch => {
+            I::UsageEventMismatch => {
                 "SELECT u.session_id, 'compaction ' || u.id || ': metadata says '
                         || (u.metadata ->> 'messages_removed') || ' msgs/'
                         || (u.metadata ->> 'chars_removed') || ' chars, archive holds '
@@ -173,18 +88,17 @@ impl Invariant {
                  HAVING count(a.seq) <> (u.metadata ->> 'messages_removed')::bigint
                      OR coalesce(sum(a.chars), 0) <> (u.metadata ->> 'chars_removed')::bigint"
             }
-            Self::SummaryWithoutCompaction => {
+            I::SummaryWithoutCompaction => {
                 "SELECT m.session_id, 'summary seq ' || m.seq FROM messages m
                  WHERE m.is_summary AND NOT EXISTS (
                      SELECT 1 FROM usage_events u WHERE u.session_id = m.session_id
                          AND u.metadata @> '{\"summarization\": true}'
                          AND NOT u.metadata ? 'restored_at')"
             }
-            Self::CountersDrift => return None,
+            I::CountersDrift => return None,
             // A UTF8 database refuses invalid text at the write: nothing to find.
-            Self::TextNotUtf8 => "SELECT NULL::text, NULL::text WHERE false",
+            I::TextNotUtf8 => "SELECT NULL::text, NULL::text WHERE false",
         })
-    }
 }
 
 /// Every session whose stored counters differ from its messages, and every session with
@@ -246,21 +160,12 @@ impl PgStore {
     /// # Errors
     /// When the database is unreachable.
     pub async fn check_totals(&self) -> Result<Totals, StoreError> {
-        let row = sqlx::query(
-            "SELECT (SELECT count(*) FROM sessions) AS sessions,
-                    (SELECT count(*) FROM messages) AS messages,
-                    (SELECT count(*) FROM archived_messages) AS archived,
-                    (SELECT count(*) FROM usage_events
-                     WHERE metadata @> '{\"summarization\": true}') AS compactions",
-        )
+        let totals = sqlx::query_as(check_totals_sql!(
+            "SELECT count(*) FROM usage_events WHERE metadata @> '{\"summarization\": true}'"
+        ))
         .fetch_one(&self.pool)
         .await?;
-        Ok(Totals {
-            sessions: row.try_get("sessions")?,
-            messages: row.try_get("messages")?,
-            archived_messages: row.try_get("archived")?,
-            compactions: row.try_get("compactions")?,
-        })
+        Ok(totals)
     }
 
     /// Every breach of `invariant`; empty when it holds.
@@ -268,20 +173,11 @@ impl PgStore {
     /// # Errors
     /// When the database is unreachable or the query fails.
     pub async fn breaches(&self, invariant: Invariant) -> Result<Vec<Finding>, StoreError> {
-        let Some(sql) = invariant.sql() else {
+        let Some(sql) = breaches_sql(invariant) else {
             let drift = self.counter_drift().await?;
             return Ok(drift.iter().map(drift_finding).collect());
         };
-        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Finding {
-                    session_id: r.try_get(0)?,
-                    detail: r.try_get::<Option<String>, _>(1)?.unwrap_or_default(),
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
+        Ok(sqlx::query_as(sql).fetch_all(&self.pool).await?)
     }
 
     /// Sessions whose counters differ from their messages (a bypassed or disabled
@@ -327,50 +223,5 @@ impl PgStore {
             .await?;
         tx.commit().await?;
         Ok(rows.into_iter().map(Into::into).collect())
-    }
-}
-
-pub(super) fn drift_finding(drift: &CounterDrift) -> Finding {
-    let stored = drift
-        .stored
-        .map_or_else(|| "none".to_owned(), |s| s.to_string());
-    Finding {
-        session_id: drift.session_id.clone(),
-        detail: format!("counters {stored}, messages {}", drift.actual),
-    }
-}
-
-/// A row of [`COUNTER_DRIFT`] or [`REPAIR_COUNTERS`] (and of their SQLite forms): the
-/// stored counters (NULL without a `sessions` row) and those the messages give.
-#[derive(sqlx::FromRow)]
-pub(super) struct DriftRow {
-    session_id: String,
-    stored_chars: Option<i64>,
-    stored_count: Option<i64>,
-    stored_turns: Option<i64>,
-    chars: i64,
-    count: i64,
-    turns: i64,
-}
-
-impl From<DriftRow> for CounterDrift {
-    fn from(row: DriftRow) -> Self {
-        let stored = match (row.stored_chars, row.stored_count, row.stored_turns) {
-            (Some(total_chars), Some(message_count), Some(human_turns)) => Some(SessionCounts {
-                total_chars,
-                message_count,
-                human_turns,
-            }),
-            _ => None,
-        };
-        Self {
-            session_id: row.session_id,
-            stored,
-            actual: SessionCounts {
-                total_chars: row.chars,
-                message_count: row.count,
-                human_turns: row.turns,
-            },
-        }
     }
 }

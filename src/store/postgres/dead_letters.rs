@@ -1,37 +1,9 @@
 //! Dead letters (migration 13): jobs that failed `JETSTREAM_MAX_DELIVER` times, kept
 //! for `summarizer dead-letters list|replay|purge`.
 
-use serde::Serialize;
-
-use super::{PgStore, StoreError};
-
-/// A job to keep: what it was and why it failed.
-#[derive(Clone, Debug)]
-pub struct NewDeadLetter<'a> {
-    pub session_id: Option<&'a str>,
-    pub subject: &'a str,
-    pub msg_id: Option<&'a str>,
-    pub payload: &'a str,
-    pub last_error: &'a str,
-    pub deliveries: i64,
-    /// Stream, sequence and publish time: one dead letter per job (see migration 13).
-    pub job_key: Option<&'a str>,
-}
-
-/// A dead letter as `summarizer dead-letters list` shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, sqlx::FromRow)]
-pub struct DeadLetter {
-    pub id: i64,
-    pub session_id: Option<String>,
-    pub subject: String,
-    pub msg_id: Option<String>,
-    pub payload: String,
-    pub last_error: String,
-    pub deliveries: i64,
-    /// RFC 3339, UTC.
-    pub created_at: String,
-    pub replayed_at: Option<String>,
-}
+use super::PgStore;
+use crate::store::sql::{INSERT_DEAD_LETTER, PURGE_DEAD_LETTERS, UNMARK_REPLAYED};
+use crate::store::{DeadLetter, NewDeadLetter, StoreError};
 
 impl PgStore {
     /// Whether the session has a compaction made for the durable job `job_id` (its
@@ -54,7 +26,7 @@ impl PgStore {
         )
         .bind(session_id)
         .bind(job_id)
-        .fetch_one(self.pool())
+        .fetch_one(&self.pool)
         .await?;
         Ok(done)
     }
@@ -65,21 +37,16 @@ impl PgStore {
     /// # Errors
     /// When the database fails; the caller must then leave the job in the stream.
     pub async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError> {
-        let id = sqlx::query_scalar(
-            "INSERT INTO dead_letters
-                 (session_id, subject, msg_id, payload, last_error, deliveries, job_key)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
-             ON CONFLICT (job_key) DO NOTHING RETURNING id",
-        )
-        .bind(job.session_id)
-        .bind(job.subject)
-        .bind(job.msg_id)
-        .bind(job.payload)
-        .bind(job.last_error)
-        .bind(i32::try_from(job.deliveries).unwrap_or(i32::MAX))
-        .bind(job.job_key)
-        .fetch_optional(self.pool())
-        .await?;
+        let id = sqlx::query_scalar(INSERT_DEAD_LETTER)
+            .bind(job.session_id)
+            .bind(job.subject)
+            .bind(job.msg_id)
+            .bind(job.payload)
+            .bind(job.last_error)
+            .bind(i32::try_from(job.deliveries).unwrap_or(i32::MAX))
+            .bind(job.job_key)
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(id)
     }
 
@@ -98,7 +65,7 @@ impl PgStore {
              FROM dead_letters WHERE $1 OR replayed_at IS NULL ORDER BY id",
         )
         .bind(all)
-        .fetch_all(self.pool())
+        .fetch_all(&self.pool)
         .await?;
         Ok(rows)
     }
@@ -113,7 +80,7 @@ impl PgStore {
             "UPDATE dead_letters SET replayed_at = now() WHERE id = $1 AND replayed_at IS NULL",
         )
         .bind(id)
-        .execute(self.pool())
+        .execute(&self.pool)
         .await?
         .rows_affected();
         Ok(marked == 1)
@@ -124,9 +91,9 @@ impl PgStore {
     /// # Errors
     /// When the database is unreachable.
     pub async fn unmark_replayed(&self, id: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE dead_letters SET replayed_at = NULL WHERE id = $1")
+        sqlx::query(UNMARK_REPLAYED)
             .bind(id)
-            .execute(self.pool())
+            .execute(&self.pool)
             .await?;
         Ok(())
     }
@@ -137,9 +104,9 @@ impl PgStore {
     /// # Errors
     /// When the database is unreachable.
     pub async fn purge_dead_letters(&self, all: bool) -> Result<u64, StoreError> {
-        let deleted = sqlx::query("DELETE FROM dead_letters WHERE $1 OR replayed_at IS NOT NULL")
+        let deleted = sqlx::query(PURGE_DEAD_LETTERS)
             .bind(all)
-            .execute(self.pool())
+            .execute(&self.pool)
             .await?
             .rows_affected();
         Ok(deleted)

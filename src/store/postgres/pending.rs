@@ -7,61 +7,11 @@ use std::time::Duration;
 use serde_json::json;
 use sqlx::Row;
 
-use super::{Loaded, NewSummary, PgStore, StoreError, millis};
+use super::PgStore;
+use super::commit::loaded_from;
 use crate::config::Limits;
-
-/// What the turn that crossed the threshold found: see `apply_pending_summary`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Applied {
-    /// No pending summary: compact as usual.
-    None,
-    /// The session's lease is held (a compaction or a precompute in flight).
-    Busy,
-    /// A pending summary was dropped, for this reason; compact as usual.
-    Discarded(Discard),
-    /// The pending summary was written.
-    Compacted {
-        compaction_id: i64,
-        messages_removed: i64,
-        chars_removed: i64,
-        messages_kept: i64,
-        summary_chars: i64,
-    },
-}
-
-/// Why a pending summary was dropped: the `reason` label of
-/// `summarizer_precomputes_discarded_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Discard {
-    /// Older than `PRECOMPUTE_TTL_MS`.
-    Expired,
-    /// Planned with other limits, or another session model, than the turn's.
-    SettingsChanged,
-    /// A planned row was edited, deleted, or a row was added before the cut; or the
-    /// message at the cut is no longer a human turn.
-    PrefixChanged,
-    /// A tool result appended after the plan answers a call in the planned prefix:
-    /// applying it would archive the call and keep its result.
-    PairingChanged,
-    /// What would remain is still over the threshold: the session grew by more than the
-    /// band since the plan.
-    Outgrown,
-    /// Overwritten, or deleted by a compaction that did not use it.
-    Superseded,
-}
-
-impl Discard {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Expired => "expired",
-            Self::SettingsChanged => "settings_changed",
-            Self::PrefixChanged => "prefix_changed",
-            Self::PairingChanged => "pairing_changed",
-            Self::Outgrown => "outgrown",
-            Self::Superseded => "superseded",
-        }
-    }
-}
+use crate::store::model::millis;
+use crate::store::{Applied, Discard, Loaded, NewSummary, Saved, StoreError};
 
 impl PgStore {
     /// Takes the session's lease for a precompute and loads the history, unless another
@@ -103,9 +53,9 @@ impl PgStore {
         .bind(limits.threshold_chars)
         .bind(limits.keep_chars)
         .bind(model)
-        .fetch_all(self.pool())
+        .fetch_all(&self.pool)
         .await?;
-        super::loaded_from(&rows)
+        loaded_from(&rows)
     }
 
     /// Stores `pending` (planned with `limits`) as the session's pending summary (replacing any other) and gives
@@ -181,7 +131,7 @@ impl PgStore {
         .bind(pending.completion_tokens)
         .bind(&metadata)
         .bind(millis(ttl))
-        .fetch_one(self.pool())
+        .fetch_one(&self.pool)
         .await?;
         Ok(Saved {
             saved: row.try_get("saved")?,
@@ -215,7 +165,7 @@ impl PgStore {
         .bind(limits.keep_chars)
         .bind(model)
         .bind(millis(ttl))
-        .fetch_one(self.pool())
+        .fetch_one(&self.pool)
         .await?;
         let outcome: String = row.try_get("outcome")?;
         Ok(match outcome.as_str() {
@@ -236,15 +186,4 @@ impl PgStore {
             _ => Applied::None,
         })
     }
-}
-
-/// What [`Store::save_pending`](crate::store::Store::save_pending) did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Saved {
-    /// Written: the lease was still ours.
-    pub saved: bool,
-    /// Other sessions' pending summaries dropped for being older than the TTL.
-    pub expired: i64,
-    /// The session had a pending summary, which this one replaced.
-    pub replaced: bool,
 }

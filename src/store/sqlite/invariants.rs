@@ -1,11 +1,11 @@
 //! The queries behind `summarizer check` and `summarizer repair` on SQLite: the same
-//! invariants as `store::check`, each one query listing the sessions that break it, in
+//! invariants as on Postgres, each one query listing the sessions that break it, in
 //! SQLite's JSON functions.
 
 use sqlx::Row;
 
 use super::SqliteStore;
-use crate::store::check::{DriftRow, drift_finding};
+use crate::store::model::{DriftRow, drift_finding};
 use crate::store::{CounterDrift, Finding, Invariant, StoreError, Totals};
 
 /// The calls of `<alias>.tool_calls` as the worker reads them (`Message::calls`), as
@@ -65,8 +65,7 @@ macro_rules! calls_of_sql {
     };
 }
 
-/// `(session_id, detail)` for each breach of `invariant`, as `Invariant::sql` lists them
-/// on Postgres. `None` for [`Invariant::CountersDrift`], read through
+/// `(session_id, detail)` for each breach of `invariant`, as Postgres lists them. `None` for [`Invariant::CountersDrift`], read through
 /// [`SqliteStore::counter_drift`].
 fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
     Some(match invariant {
@@ -240,21 +239,12 @@ impl SqliteStore {
     /// # Errors
     /// When the file cannot be read.
     pub async fn check_totals(&self) -> Result<Totals, StoreError> {
-        let row = sqlx::query(
-            "SELECT (SELECT count(*) FROM sessions) AS sessions,
-                    (SELECT count(*) FROM messages) AS messages,
-                    (SELECT count(*) FROM archived_messages) AS archived,
-                    (SELECT count(*) FROM usage_events
-                     WHERE json_type(metadata, '$.summarization') = 'true') AS compactions",
-        )
-        .fetch_one(self.pool())
+        let totals = sqlx::query_as(check_totals_sql!(
+            "SELECT count(*) FROM usage_events WHERE json_type(metadata, '$.summarization') = 'true'"
+        ))
+        .fetch_one(&self.pool)
         .await?;
-        Ok(Totals {
-            sessions: row.try_get("sessions")?,
-            messages: row.try_get("messages")?,
-            archived_messages: row.try_get("archived")?,
-            compactions: row.try_get("compactions")?,
-        })
+        Ok(totals)
     }
 
     /// Every breach of `invariant`; empty when it holds. The same invariants and details
@@ -265,22 +255,13 @@ impl SqliteStore {
     /// When the file cannot be read or the query fails.
     pub async fn breaches(&self, invariant: Invariant) -> Result<Vec<Finding>, StoreError> {
         if invariant == Invariant::TextNotUtf8 {
-            return Ok(text_not_utf8(self.pool()).await?);
+            return Ok(text_not_utf8(&self.pool).await?);
         }
         let Some(sql) = breaches_sql(invariant) else {
             let drift = self.counter_drift().await?;
             return Ok(drift.iter().map(drift_finding).collect());
         };
-        let rows = sqlx::query(sql).fetch_all(self.pool()).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Finding {
-                    session_id: r.try_get(0)?,
-                    detail: r.try_get::<Option<String>, _>(1)?.unwrap_or_default(),
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
+        Ok(sqlx::query_as(sql).fetch_all(&self.pool).await?)
     }
 
     /// Sessions whose counters differ from their messages, by session id. Writes
@@ -290,7 +271,7 @@ impl SqliteStore {
     /// When the file cannot be read.
     pub async fn counter_drift(&self) -> Result<Vec<CounterDrift>, StoreError> {
         let rows: Vec<DriftRow> = sqlx::query_as(counter_drift_sql!())
-            .fetch_all(self.pool())
+            .fetch_all(&self.pool)
             .await?;
         Ok(rows.into_iter().map(Into::into).collect())
     }

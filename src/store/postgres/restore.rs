@@ -1,0 +1,179 @@
+//! Operator actions on one session: what it looks like, and putting compacted messages
+//! back from the archive.
+
+use std::time::Duration;
+
+use sqlx::Row;
+
+use super::PgStore;
+use crate::store::model::{SessionRow, millis};
+use crate::store::sql::{
+    DELETE_RESTORED_SUMMARY, LAST_COMPACTION_IN_FORCE, RESTORABLE_COMPACTIONS,
+};
+use crate::store::{Pruned, RestoreError, Restored, SessionView, StoreError};
+
+/// `to_char` pattern for timestamps shown to operators (UTC, RFC 3339).
+const RFC3339: &str = "YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"";
+
+impl PgStore {
+    /// The session's counters, lease, backoff and its last `limit` compactions.
+    ///
+    /// # Errors
+    /// When the database is unreachable. `Ok(None)` for an unknown session.
+    pub async fn session(
+        &self,
+        session_id: &str,
+        limit: i64,
+    ) -> Result<Option<SessionView>, StoreError> {
+        let Some(row): Option<SessionRow> = sqlx::query_as(concat!(
+            "SELECT total_chars, message_count::bigint AS message_count,
+                    human_turns::bigint AS human_turns, lease_owner,
+                    to_char(lease_expires_at AT TIME ZONE 'UTC', $2) AS lease_expires_at,
+                    failures::bigint AS failures, to_char(retry_at AT TIME ZONE 'UTC', $2) AS retry_at, ",
+            settings_columns_sql!(),
+            "
+             FROM sessions LEFT JOIN session_settings AS st USING (session_id)
+             WHERE session_id = $1"
+        ))
+        .bind(session_id)
+        .bind(RFC3339)
+        .fetch_optional(&self.pool)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let compactions = sqlx::query_as(
+            "SELECT id, to_char(created_at AT TIME ZONE 'UTC', $2) AS at, model,
+                    coalesce((metadata ->> 'messages_removed')::bigint, 0) AS messages_removed,
+                    coalesce((metadata ->> 'chars_removed')::bigint, 0) AS chars_removed,
+                    metadata ? 'restored_at' AS restored
+             FROM usage_events
+             WHERE session_id = $1 AND metadata @> '{\"summarization\": true}'
+             ORDER BY id DESC LIMIT $3",
+        )
+        .bind(session_id)
+        .bind(RFC3339)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(Some(SessionView::new(session_id, row, compactions)))
+    }
+
+    /// Undoes the session's compactions from `from` (default: the newest only) to the
+    /// newest, newest first: each one's summary leaves the history and its archived
+    /// messages return to their seqs. One transaction; the usage events stay, marked
+    /// `restored_at`.
+    ///
+    /// # Errors
+    /// [`RestoreError`] saying why nothing was written.
+    pub async fn restore(
+        &self,
+        session_id: &str,
+        from: Option<i64>,
+    ) -> Result<Restored, RestoreError> {
+        let mut tx = self.pool.begin().await?;
+        // Locks out appends' counter updates and any commit for the session meanwhile.
+        let found = sqlx::query("SELECT 1 FROM sessions WHERE session_id = $1 FOR UPDATE")
+            .bind(session_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if found.is_none() {
+            return Err(RestoreError::UnknownSession(session_id.to_owned()));
+        }
+        let compactions: Vec<i64> = sqlx::query_scalar(RESTORABLE_COMPACTIONS)
+            .bind(session_id)
+            .bind(from)
+            .fetch_all(&mut *tx)
+            .await?;
+        if compactions.is_empty() {
+            return Err(RestoreError::NothingToRestore(from));
+        }
+        let mut messages_restored = 0;
+        for &compaction in &compactions {
+            // Its summary took the seq of the first message it removed.
+            let summary = sqlx::query(DELETE_RESTORED_SUMMARY)
+                .bind(session_id)
+                .bind(compaction)
+                .execute(&mut *tx)
+                .await?;
+            if summary.rows_affected() != 1 {
+                return Err(RestoreError::SummaryMissing(compaction));
+            }
+            let back = sqlx::query(concat!(
+                "WITH back AS (
+                     DELETE FROM archived_messages WHERE compaction_id = $1 RETURNING *
+                 )
+                 INSERT INTO messages (",
+                message_columns_sql!(),
+                ") SELECT ",
+                message_columns_sql!(),
+                " FROM back"
+            ))
+            .bind(compaction)
+            .execute(&mut *tx)
+            .await?;
+            messages_restored += i64::try_from(back.rows_affected()).unwrap_or(i64::MAX);
+            sqlx::query(
+                "UPDATE usage_events
+                 SET metadata = metadata || jsonb_build_object('restored_at', now())
+                 WHERE id = $1",
+            )
+            .bind(compaction)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(LAST_COMPACTION_IN_FORCE)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Restored {
+            compactions,
+            messages_restored,
+        })
+    }
+
+    /// Deletes archived messages archived more than `older_than` ago. Their usage events
+    /// stay, marked `archive_pruned_at`: those compactions can no longer be restored.
+    /// With `dry_run`, counts and writes nothing.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    pub async fn prune_archive(
+        &self,
+        older_than: Duration,
+        dry_run: bool,
+    ) -> Result<Pruned, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "SELECT count(DISTINCT compaction_id) AS compactions, count(*) AS messages
+             FROM archived_messages
+             WHERE archived_at < now() - $1 * interval '1 millisecond'",
+        )
+        .bind(millis(older_than))
+        .fetch_one(&mut *tx)
+        .await?;
+        let pruned = Pruned {
+            compactions: row.try_get("compactions")?,
+            archived_messages: row.try_get("messages")?,
+            dry_run,
+        };
+        if !dry_run {
+            sqlx::query(
+                "WITH gone AS (
+                     DELETE FROM archived_messages
+                     WHERE archived_at < now() - $1 * interval '1 millisecond'
+                     RETURNING compaction_id
+                 )
+                 UPDATE usage_events
+                 SET metadata = metadata || jsonb_build_object('archive_pruned_at', now())
+                 WHERE id IN (SELECT compaction_id FROM gone)",
+            )
+            .bind(millis(older_than))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(pruned)
+    }
+}

@@ -1,0 +1,133 @@
+//! The SQL that is the same text in both dialects, written once: whole statements as
+//! constants, fragments that the backends splice into their own statements as macros
+//! (`concat!` takes macros, not constants).
+//!
+//! Placeholders are `$N` in both: Postgres numbers them so, and sqlx binds SQLite's
+//! `$N` by its number too. A statement belongs here only when both backends run it as
+//! is; one that differs by a function or a type stays in each backend's file of its
+//! concern, where diffing the two files shows the difference.
+
+/// The remembered skip of a `sessions` row, as [`CountersRow`](super::model::CountersRow)
+/// reads it: the reason holds only while the counters are still those it was remembered
+/// at.
+macro_rules! remembered_skip_columns_sql {
+    () => {
+        "CASE WHEN skip_at_chars = total_chars AND skip_at_count = message_count
+              THEN skip_reason END AS skip_reason,
+         skip_at_keep"
+    };
+}
+
+/// The session's settings (`st`, NULLs without a row) under the names
+/// [`SettingsRow`](super::model::SettingsRow) reads.
+macro_rules! settings_columns_sql {
+    () => {
+        "st.enabled AS settings_enabled, st.threshold_chars AS settings_threshold_chars,
+         st.keep_chars AS settings_keep_chars, st.model AS settings_model"
+    };
+}
+
+/// `FROM` for a counters query: the session's settings come with its counters, in the
+/// same primary-key lookup (a second on `session_settings`' key), so the no-op path pays
+/// no extra round trip for them.
+macro_rules! counters_joined_sql {
+    () => {
+        " FROM sessions LEFT JOIN session_settings AS st ON st.session_id = sessions.session_id "
+    };
+}
+
+/// One session's row of `session_settings` (`$1`), as [`SettingsRow`](super::model::SettingsRow).
+macro_rules! select_settings_sql {
+    () => {
+        concat!(
+            "SELECT ",
+            settings_columns_sql!(),
+            " FROM session_settings AS st WHERE st.session_id = $1"
+        )
+    };
+}
+
+/// Gives the lease of session `$1` up if `$2` holds it.
+pub const RELEASE_LEASE: &str = "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
+     WHERE session_id = $1 AND lease_owner = $2";
+
+/// [`RELEASE_LEASE`], remembering the skip `$3` planned on `$4` chars and `$5` messages
+/// with keep `$6`.
+pub const RELEASE_LEASE_REMEMBERING: &str = "UPDATE sessions
+     SET lease_owner = NULL, lease_expires_at = NULL,
+         skip_reason = $3, skip_at_chars = $4, skip_at_count = $5, skip_at_keep = $6
+     WHERE session_id = $1 AND lease_owner = $2";
+
+/// Writes session `$1`'s settings (`enabled`, `threshold_chars`, `keep_chars`, `model`).
+pub const UPSERT_SETTINGS: &str = "INSERT INTO session_settings
+         (session_id, enabled, threshold_chars, keep_chars, model)
+     VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (session_id) DO UPDATE SET
+         enabled = excluded.enabled, threshold_chars = excluded.threshold_chars,
+         keep_chars = excluded.keep_chars, model = excluded.model";
+
+/// Keeps a dead letter unless its `job_key` (`$7`) is kept already; returns its id.
+pub const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters
+         (session_id, subject, msg_id, payload, last_error, deliveries, job_key)
+     VALUES ($1, $2, $3, $4, $5, $6, $7)
+     ON CONFLICT (job_key) DO NOTHING RETURNING id";
+
+/// Undoes the replay mark of dead letter `$1`.
+pub const UNMARK_REPLAYED: &str = "UPDATE dead_letters SET replayed_at = NULL WHERE id = $1";
+
+/// Deletes the replayed dead letters, or all of them when `$1`.
+pub const PURGE_DEAD_LETTERS: &str = "DELETE FROM dead_letters WHERE $1 OR replayed_at IS NOT NULL";
+
+/// How many sessions, messages and archived messages there are; each backend adds its
+/// count of compactions (`compactions`), which reads the usage event's JSON.
+macro_rules! check_totals_sql {
+    ($compactions:literal) => {
+        concat!(
+            "SELECT (SELECT count(*) FROM sessions) AS sessions,
+                    (SELECT count(*) FROM messages) AS messages,
+                    (SELECT count(*) FROM archived_messages) AS archived_messages, (",
+            $compactions,
+            ") AS compactions"
+        )
+    };
+}
+
+/// The columns a message is written with and an archived copy keeps: all but `chars`,
+/// which the database computes from them, and the archive's `compaction_id`. A restore
+/// puts these back exactly.
+macro_rules! message_columns_sql {
+    () => {
+        "session_id, seq, role, content, tool_calls, tool_call_id, is_summary, created_at,
+         external_id, extra"
+    };
+}
+
+/// The compactions of session `$1` that a restore from `$2` undoes (default: the newest
+/// only), newest first.
+pub const RESTORABLE_COMPACTIONS: &str = "SELECT DISTINCT compaction_id FROM archived_messages
+     WHERE session_id = $1
+       AND compaction_id >= coalesce($2,
+           (SELECT max(compaction_id) FROM archived_messages WHERE session_id = $1))
+     ORDER BY compaction_id DESC";
+
+/// Deletes the summary compaction `$2` wrote into session `$1`: it took the seq of the
+/// first message it removed.
+pub const DELETE_RESTORED_SUMMARY: &str =
+    "DELETE FROM messages WHERE session_id = $1 AND is_summary
+       AND seq = (SELECT min(seq) FROM archived_messages WHERE compaction_id = $2)";
+
+/// After a restore, records as session `$1`'s compaction in force the newest one not
+/// undone (or none): clients compare it with the one their state reflects and reload.
+pub const LAST_COMPACTION_IN_FORCE: &str = "UPDATE sessions SET last_compaction_id = (
+         SELECT max(compaction_id) FROM archived_messages WHERE session_id = $1
+     )
+     WHERE session_id = $1";
+
+/// Compactions by reason of failure, from the daily rollup, as `(reason, count)`.
+pub const FAILURES_BY_REASON: &str =
+    "SELECT reason, CAST(sum(failures) AS bigint) FROM failure_daily GROUP BY reason";
+
+/// The duration histogram's non-empty buckets, from the daily rollup, as `(bucket, count)`.
+pub const DURATION_BUCKETS: &str = "SELECT bucket, CAST(sum(compactions) AS bigint)
+     FROM compaction_duration_daily
+     GROUP BY bucket HAVING sum(compactions) > 0 ORDER BY bucket";

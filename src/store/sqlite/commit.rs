@@ -1,0 +1,329 @@
+//! The lease and the commit: taking the session for a compaction, giving it back (after
+//! a skip or a failure), and replacing the planned prefix with the summary.
+
+use std::time::Duration;
+
+use sqlx::{Row, SqliteConnection};
+
+use super::{SqliteStore, now_ms};
+use crate::message::Message;
+use crate::outcome::Reason;
+use crate::store::model::{LoadedRow, millis, rememberable};
+use crate::store::sql::{RELEASE_LEASE, RELEASE_LEASE_REMEMBERING};
+use crate::store::{CommitError, Committed, CountedAt, Loaded, NewSummary, StoreError};
+
+impl SqliteStore {
+    /// Takes the session's lease for `owner` unless another owner holds an unexpired one,
+    /// then loads the session's messages with their fingerprints. Two statements, where
+    /// Postgres makes one: a message appended in between is loaded or not, and either
+    /// way the commit fences on what was loaded.
+    ///
+    /// # Errors
+    /// When the database fails; no lease is taken then.
+    pub async fn take_lease_and_load(
+        &self,
+        session_id: &str,
+        owner: &str,
+        duration: Duration,
+    ) -> Result<Option<Loaded>, StoreError> {
+        let turn = self.write_turn().await?;
+        let taken = sqlx::query(concat!(
+            "UPDATE sessions SET lease_owner = $2, lease_expires_at = $3 + $4
+             WHERE session_id = $1 AND ",
+            lease_free_sql!("$3")
+        ))
+        .bind(session_id)
+        .bind(owner)
+        .bind(now_ms())
+        .bind(millis(duration))
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        drop(turn);
+        self.load_if_leased(taken > 0, session_id, owner).await
+    }
+
+    /// After a statement that took the session's lease for `owner` (`leased`) or not:
+    /// the history, or `None`. A failed load gives the lease back.
+    pub(super) async fn load_if_leased(
+        &self,
+        leased: bool,
+        session_id: &str,
+        owner: &str,
+    ) -> Result<Option<Loaded>, StoreError> {
+        if !leased {
+            return Ok(None);
+        }
+        match self.load(session_id).await {
+            Ok(loaded) => Ok(Some(loaded)),
+            Err(e) => {
+                // Not left holding a lease nobody will use.
+                let _ = self.release_lease(session_id, owner).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The session's messages in `seq` order, with their fingerprints.
+    async fn load(&self, session_id: &str) -> Result<Loaded, StoreError> {
+        let rows: Vec<LoadedRow> = sqlx::query_as(
+            "SELECT seq, role, coalesce(content, '') AS content, tool_calls, tool_call_id,
+                    is_summary, chars, CAST(row_version AS TEXT) AS fingerprint
+             FROM messages WHERE session_id = $1 ORDER BY seq",
+        )
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(Loaded::from_rows(rows)?)
+    }
+
+    /// Gives the lease up if `owner` still holds it; a no-op otherwise.
+    ///
+    /// # Errors
+    /// When the database fails; the lease then runs out by itself.
+    pub async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await?;
+        sqlx::query(RELEASE_LEASE)
+            .bind(session_id)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Gives the lease up and remembers why the planner refused the history `counted`
+    /// describes, as [`crate::store::Store::release_lease_remembering`] does.
+    ///
+    /// # Errors
+    /// When the database fails; the lease then runs out by itself.
+    pub async fn release_lease_remembering(
+        &self,
+        session_id: &str,
+        owner: &str,
+        reason: Reason,
+        counted: CountedAt,
+        keep_chars: i64,
+    ) -> Result<(), StoreError> {
+        if !rememberable(reason) {
+            return self.release_lease(session_id, owner).await;
+        }
+        let _turn = self.write_turn().await?;
+        sqlx::query(RELEASE_LEASE_REMEMBERING)
+            .bind(session_id)
+            .bind(owner)
+            .bind(reason.as_str())
+            .bind(counted.total_chars)
+            .bind(counted.message_count)
+            .bind(keep_chars)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Gives the lease up after a failure and puts the session in backoff, as
+    /// [`crate::store::Store::record_failure`] does (the same exponent cap of 30; a product
+    /// past SQLite's integers becomes a real, and the cap at `max` applies to it).
+    ///
+    /// # Errors
+    /// When the database fails; the lease then runs out by itself.
+    pub async fn record_failure(
+        &self,
+        session_id: &str,
+        owner: Option<&str>,
+        reason: &str,
+        base: Duration,
+        max: Duration,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(count_failure_sql!())
+            .bind(reason)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+                 failures = failures + (failures < 2147483647),
+                 retry_at = CASE WHEN $3 > 0
+                     THEN $5 + min($3 * (1 << min(failures, 30)), $4)
+                 END
+             WHERE session_id = $1
+               AND (lease_owner = $2
+                    OR ($2 IS NULL AND (lease_owner IS NULL OR lease_expires_at <= $5)))",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .bind(millis(base))
+        .bind(millis(max))
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The session's messages in `seq` order.
+    ///
+    /// # Errors
+    /// When the database fails.
+    pub async fn messages(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        Ok(self.load(session_id).await?.messages)
+    }
+
+    /// Replaces the planned prefix with the summary, in one transaction that holds the
+    /// file's write lock from its first statement: fences on the lease, checks the prefix
+    /// is exactly as planned (seqs, chars and row versions), writes the usage event,
+    /// archives and deletes the prefix, drops a pending summary, inserts the summary in
+    /// the prefix's place and releases the lease. Appends from other connections wait
+    /// for it (busy timeout) and land after it.
+    ///
+    /// # Errors
+    /// As [`crate::store::Store::commit`]; nothing is written in any case.
+    pub async fn commit(&self, summary: &NewSummary<'_>) -> Result<Committed, CommitError> {
+        let mut tx = self.begin_write().await?;
+        let fenced = sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+                 failures = 0, retry_at = NULL
+             WHERE session_id = $1 AND lease_owner = $2",
+        )
+        .bind(summary.session_id)
+        .bind(summary.lease_owner)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if fenced == 0 {
+            return Err(CommitError::LeaseLost);
+        }
+        let prefix = Prefix::read(&mut tx, summary.session_id, summary.cut_seq).await?;
+        // Dropping the transaction rolls it back.
+        let first_seq = match prefix.seqs.first() {
+            Some(&first)
+                if prefix.is(
+                    summary.removed_seqs,
+                    summary.removed_chars,
+                    summary.removed_fingerprints,
+                ) =>
+            {
+                first
+            }
+            _ => return Err(CommitError::PrefixChanged),
+        };
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO usage_events
+                 (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
+             VALUES ($1, $2, $3, $4, $3 + $4, $5)
+             RETURNING id",
+        )
+        .bind(summary.session_id)
+        .bind(summary.model)
+        .bind(summary.prompt_tokens)
+        .bind(summary.completion_tokens)
+        .bind(summary.event_metadata().to_string())
+        .fetch_one(&mut *tx)
+        .await?;
+        let superseded = replace_prefix(&mut tx, summary.session_id, summary.cut_seq, id).await?;
+        write_summary(&mut tx, summary.session_id, first_seq, summary.text, id).await?;
+        tx.commit().await?;
+        Ok(Committed {
+            compaction_id: id,
+            superseded,
+        })
+    }
+}
+
+/// The non-system messages before a cut, as the commit compares them with the plan.
+pub(super) struct Prefix {
+    seqs: Vec<i64>,
+    chars: Vec<i64>,
+    versions: Vec<String>,
+}
+
+impl Prefix {
+    pub(super) async fn read(
+        tx: &mut SqliteConnection,
+        session_id: &str,
+        cut_seq: i64,
+    ) -> Result<Self, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT seq, chars, CAST(row_version AS TEXT) AS version FROM messages
+             WHERE session_id = $1 AND seq < $2 AND role <> 'system' ORDER BY seq",
+        )
+        .bind(session_id)
+        .bind(cut_seq)
+        .fetch_all(tx)
+        .await?;
+        let mut prefix = Self {
+            seqs: Vec::with_capacity(rows.len()),
+            chars: Vec::with_capacity(rows.len()),
+            versions: Vec::with_capacity(rows.len()),
+        };
+        for row in &rows {
+            prefix.seqs.push(row.try_get("seq")?);
+            prefix.chars.push(row.try_get("chars")?);
+            prefix.versions.push(row.try_get("version")?);
+        }
+        Ok(prefix)
+    }
+
+    /// Exactly the planned prefix: the same rows, of the same sizes, in the same versions.
+    pub(super) fn is(&self, seqs: &[i64], chars: &[i64], versions: &[String]) -> bool {
+        self.seqs == seqs && self.chars == chars && self.versions == versions
+    }
+}
+
+/// Archives the non-system messages before `cut_seq` under `compaction_id` and deletes
+/// them, and drops the session's pending summary: `true` when there was one.
+pub(super) async fn replace_prefix(
+    tx: &mut SqliteConnection,
+    session_id: &str,
+    cut_seq: i64,
+    compaction_id: i64,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query(concat!(
+        "INSERT INTO archived_messages (compaction_id, chars, ",
+        message_columns_sql!(),
+        ") SELECT $3, chars, ",
+        message_columns_sql!(),
+        " FROM messages WHERE session_id = $1 AND seq < $2 AND role <> 'system'"
+    ))
+    .bind(session_id)
+    .bind(cut_seq)
+    .bind(compaction_id)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM messages WHERE session_id = $1 AND seq < $2 AND role <> 'system'")
+        .bind(session_id)
+        .bind(cut_seq)
+        .execute(&mut *tx)
+        .await?;
+    let pending = sqlx::query("DELETE FROM pending_summaries WHERE session_id = $1")
+        .bind(session_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    Ok(pending > 0)
+}
+
+/// Inserts the summary at `seq` (the first removed message's) and records the compaction
+/// as the session's latest.
+pub(super) async fn write_summary(
+    tx: &mut SqliteConnection,
+    session_id: &str,
+    seq: i64,
+    text: &str,
+    compaction_id: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO messages (session_id, seq, role, content, is_summary)
+         VALUES ($1, $2, 'user', $3, 1)",
+    )
+    .bind(session_id)
+    .bind(seq)
+    .bind(text)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
+        .bind(session_id)
+        .bind(compaction_id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
