@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use sqlx::{FromRow, Row};
 use sqlx::postgres::PgRow;
+use sqlx::{FromRow, Row};
 
 use super::PgStore;
 use crate::message::Message;
