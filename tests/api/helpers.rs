@@ -373,6 +373,21 @@ impl TestApp {
         }
     }
 
+    /// Sends the request and waits up to a minute for the reply: for a turn whose
+    /// compaction is large (tens of thousands of messages), which a debug build on a
+    /// loaded two-core CI machine, the whole suite running beside it, has taken more
+    /// than 15 s to answer (5 to 7 s alone). The timeout is a bound, not a measure.
+    pub async fn turn_starting_large(&self, session: &str) -> Reply {
+        match self
+            .client
+            .turn_starting(session, Duration::from_secs(60))
+            .await
+        {
+            Decision::Replied(reply) => reply,
+            other => panic!("no reply for {session}: {other:?}"),
+        }
+    }
+
     /// Sends the request from a task, for a test to act while the worker is busy with it.
     /// It waits up to a minute: the busy work may be a multi-megabyte compaction in a
     /// debug build on a loaded two-core machine (15 s was once too short under a
