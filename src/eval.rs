@@ -4,8 +4,12 @@
 //! Each scenario is played at the seed's defaults (60,000 / 20,000) and at a tight
 //! setting, and the report gives, per summarizer: the recall of planted facts after the
 //! 1st, 2nd and 5th compaction, what is kept of each phase's facts at the end, the
-//! compression (chars removed per summary char) and the summarizer's time. The
-//! extractive summarizer's figures are deterministic, so a test holds them to floors.
+//! compression (chars removed per summary char) and the summarizer's time. Recall is
+//! given twice: of identifiers (the value written anywhere in the context) and of
+//! statements (one sentence or bullet holds the value and what it is about, and is not
+//! a list of identifiers), the one that says whether the agent still knows the fact.
+//! The extractive summarizer's figures are deterministic, so a test holds them to
+//! floors.
 
 pub mod corpus;
 pub mod play;
@@ -40,6 +44,10 @@ pub struct EvalArgs {
     /// Also list, after each compaction, the planted facts the agent no longer has.
     #[arg(long)]
     pub missing: bool,
+    /// Also print each scenario's summaries after its 1st and 5th compaction and its
+    /// last: what the agent reads.
+    #[arg(long)]
+    pub summaries: bool,
 }
 
 /// A threshold and keep to play the corpus at.
@@ -122,6 +130,9 @@ pub async fn run(settings: Settings, args: EvalArgs) -> anyhow::Result<()> {
             if args.missing {
                 print!("{}", report.missing());
             }
+            if args.summaries {
+                print!("{}", report.summaries());
+            }
         }
     }
     Ok(())
@@ -173,20 +184,51 @@ pub struct ScenarioReport {
     pub figures: Figures,
     /// After each compaction, the planted facts compacted that the agent lacks.
     pub missing: Vec<Vec<String>>,
+    /// After each compaction, the planted statements compacted that the agent's context
+    /// no longer states.
+    pub statements_missing: Vec<Vec<String>>,
+    /// The summaries written after the 1st and 5th compaction and the last, by number.
+    #[serde(skip)]
+    pub summaries: Vec<(usize, String)>,
 }
 
 impl Report {
-    /// The facts missing after each compaction, scenario by scenario.
+    /// The summaries kept for reading, scenario by scenario.
+    pub fn summaries(&self) -> String {
+        let mut out = String::new();
+        for s in &self.scenarios {
+            for (k, text) in &s.summaries {
+                out.push_str(&format!(
+                    "--- {} at {}, summary {k} ---\n{text}\n\n",
+                    s.name, self.setting.name
+                ));
+            }
+        }
+        out
+    }
+
+    /// The identifiers, then the statements, missing after each compaction, scenario by
+    /// scenario.
     pub fn missing(&self) -> String {
         let mut out = String::new();
         for s in &self.scenarios {
             for (k, missing) in s.missing.iter().enumerate() {
                 if !missing.is_empty() {
                     out.push_str(&format!(
-                        "  {} after {}: {}\n",
+                        "  {} after {}, identifiers: {}\n",
                         s.name,
                         k + 1,
                         missing.join(", ")
+                    ));
+                }
+            }
+            for (k, missing) in s.statements_missing.iter().enumerate() {
+                if !missing.is_empty() {
+                    out.push_str(&format!(
+                        "  {} after {}, statements: {}\n",
+                        s.name,
+                        k + 1,
+                        missing.join("; ")
                     ));
                 }
             }
@@ -206,6 +248,12 @@ impl ScenarioReport {
                     .map(|c| Ratio::new(c.known, c.compacted))
             }),
             by_phase: vec![Ratio::default(); phases],
+            statements_after: AFTER.map(|k| {
+                (played.compactions.get(k - 1))
+                    .filter(|_| scenario.statement_count() > 0)
+                    .map(|c| Ratio::new(c.statements_known, c.statements_compacted))
+            }),
+            statements_by_phase: vec![Ratio::default(); phases],
             removed_chars: played.compactions.iter().map(|c| c.removed_chars).sum(),
             summary_chars: played.compactions.iter().map(|c| c.summary_chars).sum(),
             millis: played.compactions.iter().map(|c| c.millis).sum(),
@@ -215,6 +263,9 @@ impl ScenarioReport {
             for (phase, &(compacted, known)) in last.by_phase.iter().enumerate() {
                 figures.by_phase[phase] = Ratio::new(known, compacted);
             }
+            for (phase, &(compacted, known)) in last.statements_by_phase.iter().enumerate() {
+                figures.statements_by_phase[phase] = Ratio::new(known, compacted);
+            }
         }
         Self {
             name: scenario.name.clone(),
@@ -222,6 +273,15 @@ impl ScenarioReport {
                 .compactions
                 .iter()
                 .map(|c| c.missing.clone())
+                .collect(),
+            statements_missing: (played.compactions.iter())
+                .map(|c| c.statements_missing.clone())
+                .collect(),
+            summaries: (played.compactions.iter().enumerate())
+                .filter(|(k, _)| {
+                    *k == 0 || *k == AFTER[2] - 1 || *k + 1 == played.compactions.len()
+                })
+                .map(|(k, c)| (k + 1, c.summary.clone()))
                 .collect(),
             compactions: played.compactions.len(),
             fact_retries: played.fact_retries,
@@ -269,6 +329,12 @@ pub struct Figures {
     pub after: [Option<Ratio>; 3],
     /// At the last compaction, the facts kept of each phase's compacted ones.
     pub by_phase: Vec<Ratio>,
+    /// Statement recall after the 1st, 2nd and 5th compaction: the planted statements
+    /// compacted so far that one statement of the context (not a list) still holds,
+    /// subject and value; `None` when there were fewer compactions or no statements.
+    pub statements_after: [Option<Ratio>; 3],
+    /// At the last compaction, the statements kept of each phase's compacted ones.
+    pub statements_by_phase: Vec<Ratio>,
     pub removed_chars: i64,
     pub summary_chars: i64,
     pub millis: f64,
@@ -286,27 +352,33 @@ impl Figures {
     }
 
     fn pooled<'a>(all: impl Iterator<Item = &'a Figures>) -> Self {
-        all.fold(Self::default(), |sum, f| {
-            let mut by_phase = sum.by_phase.clone();
-            by_phase.resize(f.by_phase.len().max(by_phase.len()), Ratio::default());
-            for (total, phase) in by_phase.iter_mut().zip(&f.by_phase) {
+        fn phases(sum: &[Ratio], one: &[Ratio]) -> Vec<Ratio> {
+            let mut by_phase = sum.to_vec();
+            by_phase.resize(one.len().max(by_phase.len()), Ratio::default());
+            for (total, phase) in by_phase.iter_mut().zip(one) {
                 *total = total.add(*phase);
             }
-            let mut after = sum.after;
-            for (total, one) in after.iter_mut().zip(f.after) {
+            by_phase
+        }
+        fn after(sum: [Option<Ratio>; 3], one: [Option<Ratio>; 3]) -> [Option<Ratio>; 3] {
+            let mut after = sum;
+            for (total, one) in after.iter_mut().zip(one) {
                 *total = match (*total, one) {
                     (Some(t), Some(o)) => Some(t.add(o)),
                     (t, o) => t.or(o),
                 };
             }
-            Self {
-                after,
-                by_phase,
-                removed_chars: sum.removed_chars + f.removed_chars,
-                summary_chars: sum.summary_chars + f.summary_chars,
-                millis: sum.millis + f.millis,
-                compactions: sum.compactions + f.compactions,
-            }
+            after
+        }
+        all.fold(Self::default(), |sum, f| Self {
+            after: after(sum.after, f.after),
+            by_phase: phases(&sum.by_phase, &f.by_phase),
+            statements_after: after(sum.statements_after, f.statements_after),
+            statements_by_phase: phases(&sum.statements_by_phase, &f.statements_by_phase),
+            removed_chars: sum.removed_chars + f.removed_chars,
+            summary_chars: sum.summary_chars + f.summary_chars,
+            millis: sum.millis + f.millis,
+            compactions: sum.compactions + f.compactions,
         })
     }
 }
@@ -321,35 +393,53 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "{:<22} {:>5} {:>7} {:>7} {:>7}  {:<22} {:>8} {:>8}",
+            "{:<22} {:>5}  {:<17} {:<14}  {:<17} {:<14} {:>6} {:>8}",
+            "", "", "identifiers", "", "statements", "", "", ""
+        )?;
+        writeln!(
+            f,
+            "{:<22} {:>5}  {:>5} {:>5} {:>5} {:<14}  {:>5} {:>5} {:>5} {:<14} {:>6} {:>8}",
             "scenario",
             "comp.",
-            "after 1",
-            "after 2",
-            "after 5",
-            "kept by phase",
+            "1",
+            "2",
+            "5",
+            "by phase",
+            "1",
+            "2",
+            "5",
+            "by phase",
             "compr.",
             "ms/comp."
         )?;
-        let row = |f: &mut fmt::Formatter<'_>, name: &str, figures: &Figures| {
-            let after = figures
-                .after
-                .map(|r| r.map_or_else(|| "-".to_owned(), |r| r.to_string()));
-            let phases: Vec<String> = (figures.by_phase.iter())
+        let after = |after: &[Option<Ratio>; 3]| {
+            after.map(|r| r.map_or_else(|| "-".to_owned(), |r| r.to_string()))
+        };
+        let phases = |by_phase: &[Ratio]| -> String {
+            let phases: Vec<String> = (by_phase.iter())
                 .map(|r| {
                     r.value()
                         .map_or_else(|| "-".to_owned(), |v| format!("{:.0}", v * 100.0))
                 })
                 .collect();
+            phases.join(" ")
+        };
+        let row = |f: &mut fmt::Formatter<'_>, name: &str, figures: &Figures| {
+            let ids = after(&figures.after);
+            let stated = after(&figures.statements_after);
             writeln!(
                 f,
-                "{:<22} {:>5} {:>7} {:>7} {:>7}  {:<22} {:>8} {:>8}",
+                "{:<22} {:>5}  {:>5} {:>5} {:>5} {:<14}  {:>5} {:>5} {:>5} {:<14} {:>6} {:>8}",
                 name,
                 figures.compactions,
-                after[0],
-                after[1],
-                after[2],
-                phases.join(" "),
+                ids[0],
+                ids[1],
+                ids[2],
+                phases(&figures.by_phase),
+                stated[0],
+                stated[1],
+                stated[2],
+                phases(&figures.statements_by_phase),
                 figures
                     .compression()
                     .map_or_else(|| "-".to_owned(), |c| format!("{c:.1}x")),

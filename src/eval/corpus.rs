@@ -1,7 +1,11 @@
 //! The evaluation corpus: scripted investigations (`src/eval/corpus/*.json`, built into
 //! the binary by [`built_in`], so the worker's image runs `summarizer eval`), each a
 //! history of human asks, tool calls, tool output and the agent's answers in phases,
-//! with the facts each phase plants.
+//! with the facts each phase plants: as identifiers (`facts`) and as statements
+//! (`statements`: a subject, a relation and a value, such as checkout-api / version
+//! rolled out / v5.33.0), planted where an investigation states them (the agent's
+//! conclusion, the human's remark, a decisive tool line), with distractors in tool
+//! output (the same subject with another value, another subject with a similar one).
 //!
 //! A script is JSON. A message is one object with one of `user`, `assistant` or `tool`;
 //! an assistant message's `calls` (`{name, args}`) are answered by the `tool` messages
@@ -33,7 +37,57 @@ pub struct PhaseScript {
     pub name: String,
     /// Identifiers the investigation turns on, each written verbatim in this phase.
     pub facts: Vec<String>,
+    /// The facts as statements: what each value is about. A script without them is
+    /// measured by its identifiers alone.
+    #[serde(default)]
+    pub statements: Vec<StatementScript>,
     pub messages: Vec<Step>,
+}
+
+/// A planted fact as a statement: `subject` (or one of its `aliases`) and `value` in one
+/// sentence or line of the phase, as the investigation states it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatementScript {
+    pub subject: String,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    pub relation: String,
+    pub value: String,
+}
+
+/// A planted statement, ready to be looked for.
+#[derive(Clone, Debug)]
+pub struct Statement {
+    /// The subject first, then its aliases.
+    pub subjects: Vec<String>,
+    pub relation: String,
+    pub value: String,
+}
+
+impl Statement {
+    /// Whether one statement of `text` (not a list) holds this one's subject and value.
+    pub fn stated_in(&self, text: &str) -> bool {
+        crate::facts::states(text, &self.subjects, &self.value)
+    }
+}
+
+impl std::fmt::Display for Statement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.subjects[0], self.relation, self.value)
+    }
+}
+
+impl From<StatementScript> for Statement {
+    fn from(s: StatementScript) -> Self {
+        let mut subjects = vec![s.subject];
+        subjects.extend(s.aliases);
+        Self {
+            subjects,
+            relation: s.relation,
+            value: s.value,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -125,6 +179,7 @@ pub struct Scenario {
 pub struct Phase {
     pub name: String,
     pub facts: Vec<String>,
+    pub statements: Vec<Statement>,
 }
 
 #[derive(Clone, Debug)]
@@ -140,6 +195,10 @@ impl Scenario {
 
     pub fn fact_count(&self) -> usize {
         self.phases.iter().map(|p| p.facts.len()).sum()
+    }
+
+    pub fn statement_count(&self) -> usize {
+        self.phases.iter().map(|p| p.statements.len()).sum()
     }
 }
 
@@ -214,7 +273,8 @@ impl Scenario {
     /// # Errors
     /// A message with no role or several; calls not answered by as many tool messages
     /// right after them; a tool message that answers no call; a planted fact that is not
-    /// written in its phase (filler aside).
+    /// written in its phase (filler aside); a planted statement that no sentence or line
+    /// of its phase states.
     pub fn from_script(script: Script) -> anyhow::Result<Self> {
         let mut messages = Vec::new();
         let mut phases = Vec::new();
@@ -308,9 +368,29 @@ impl Scenario {
                     phase.name
                 );
             }
+            let statements: Vec<Statement> =
+                phase.statements.into_iter().map(Statement::from).collect();
+            for statement in &statements {
+                if statement.subjects.iter().any(|s| s.trim().is_empty())
+                    || statement.value.trim().is_empty()
+                    || statement.relation.trim().is_empty()
+                {
+                    problems.push(format!(
+                        "phase {:?}: a statement has an empty subject, relation or value",
+                        phase.name
+                    ));
+                } else if !statement.stated_in(&written) {
+                    problems.push(format!(
+                        "phase {:?}: no sentence or line of the phase (filler aside) states \
+                         {statement}",
+                        phase.name
+                    ));
+                }
+            }
             phases.push(Phase {
                 name: phase.name,
                 facts: phase.facts,
+                statements,
             });
         }
         expect_no_calls_pending(&waiting).context("at the end")?;
@@ -433,12 +513,81 @@ mod tests {
     }
 
     #[test]
-    fn the_corpus_has_six_domains_with_facts_in_every_phase() {
+    fn the_corpus_has_six_domains_with_facts_and_statements_in_every_phase() {
         let corpus = built_in().unwrap();
         assert!(corpus.len() >= 6, "{} scenarios", corpus.len());
         for s in &corpus {
             assert!(s.phases.len() >= 3, "{}", s.name);
-            assert!(s.phases.iter().all(|p| !p.facts.is_empty()), "{}", s.name);
+            for p in &s.phases {
+                assert!(!p.facts.is_empty(), "{} {}", s.name, p.name);
+                // Every planted identifier is also planted as a statement.
+                for fact in &p.facts {
+                    assert!(
+                        p.statements.iter().any(|st| &st.value == fact),
+                        "{} {}: {fact} has no statement",
+                        s.name,
+                        p.name
+                    );
+                }
+            }
         }
+    }
+
+    /// The statements are measured against distractors: tool output holding the same
+    /// subjects with other values, and similar values of other subjects.
+    #[test]
+    fn most_planted_statements_have_a_distractor_in_tool_output() {
+        for s in built_in().unwrap() {
+            let tool_lines: Vec<&str> = (s.messages.iter())
+                .filter(|p| p.message.role == Role::Tool)
+                .flat_map(|p| p.message.content.lines())
+                .collect();
+            let statements: Vec<&Statement> = s.phases.iter().flat_map(|p| &p.statements).collect();
+            let distracted = statements
+                .iter()
+                .filter(|st| {
+                    tool_lines.iter().any(|line| {
+                        let subject = st
+                            .subjects
+                            .iter()
+                            .any(|n| crate::facts::holds_name(line, n));
+                        let value = crate::facts::contains_word(line, &st.value);
+                        subject != value
+                    })
+                })
+                .count();
+            assert!(
+                distracted * 4 >= statements.len() * 3,
+                "{}: {distracted} of {} statements have a distractor",
+                s.name,
+                statements.len()
+            );
+        }
+    }
+
+    #[test]
+    fn a_statement_not_stated_in_its_phase_is_refused() {
+        let phase = |statements: Value| {
+            script(
+                json!({"name": "n", "domain": "d", "phases": [{"name": "p", "facts": ["v2.1.0"],
+                "statements": statements,
+                "messages": [
+                    {"user": "What runs now?"},
+                    {"assistant": "checkout-api was deployed. It runs v2.1.0."},
+                    {"assistant": "Also noted: checkout-api, v2.1.0, 14:01"}
+                ]}]}),
+            )
+            .map(|_| String::new())
+            .unwrap_or_else(|e| format!("{e:#}"))
+        };
+        let apart =
+            phase(json!([{"subject": "checkout-api", "relation": "version", "value": "v2.1.0"}]));
+        assert!(
+            apart.contains("states checkout-api version: v2.1.0"),
+            "{apart}"
+        );
+        let aliased = phase(json!([{"subject": "checkout-api", "aliases": ["it"],
+            "relation": "version", "value": "v2.1.0"}]));
+        assert_eq!(aliased, "");
     }
 }

@@ -5,13 +5,16 @@
 //! After each compaction it records which planted facts have been compacted so far (were
 //! in a removed part, an earlier summary included) and which of those the agent still
 //! has in its context (the summary or a kept message): the recall an agent lives with.
+//! It does the same for the planted statements: a statement is compacted when a removed
+//! message stated it, and known while one sentence or line of the context (not a list
+//! of identifiers) holds its subject and its value.
 
 use std::collections::HashSet;
 use std::time::Instant;
 
 use serde::Serialize;
 
-use super::corpus::Scenario;
+use super::corpus::{Scenario, Statement};
 use crate::config::{FactCheck, Limits};
 use crate::fact_check::{self, Checked};
 use crate::facts::{FactSet, contains_word};
@@ -34,6 +37,56 @@ pub struct Compaction {
     pub by_phase: Vec<(usize, usize)>,
     /// The compacted facts the context lacks, in the corpus's order.
     pub missing: Vec<String>,
+    /// The same of the planted statements: stated in a removed part so far, ...
+    pub statements_compacted: usize,
+    /// ... of those, still stated (subject and value in one statement) in the context, ...
+    pub statements_known: usize,
+    /// ... by phase (compacted, known), ...
+    #[serde(skip)]
+    pub statements_by_phase: Vec<(usize, usize)>,
+    /// ... and the ones the context no longer states.
+    pub statements_missing: Vec<String>,
+    /// The summary written.
+    #[serde(skip)]
+    pub summary: String,
+}
+
+/// What is tracked: the planted identifiers, or the planted statements.
+#[derive(Clone, Copy)]
+enum Probe<'a> {
+    Identifier(&'a str),
+    Statement(&'a Statement),
+}
+
+impl Probe<'_> {
+    /// Whether `m` (its content, or its calls' arguments) holds this fact: the
+    /// identifier as a whole word, or the statement in one of its sentences or lines.
+    fn in_message(self, m: &Message) -> bool {
+        match self {
+            Self::Identifier(fact) => mentions(m, fact),
+            Self::Statement(statement) => {
+                statement.stated_in(&m.content)
+                    || m.tool_calls
+                        .as_ref()
+                        .is_some_and(|calls| statement.stated_in(&calls.to_string()))
+            }
+        }
+    }
+
+    fn label(self) -> String {
+        match self {
+            Self::Identifier(fact) => fact.to_owned(),
+            Self::Statement(statement) => statement.to_string(),
+        }
+    }
+}
+
+/// What the agent knows of some planted facts after a compaction.
+struct Known {
+    compacted: usize,
+    known: usize,
+    by_phase: Vec<(usize, usize)>,
+    missing: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -56,10 +109,16 @@ pub async fn play(
     max_chars: i64,
     fact_check: FactCheck,
 ) -> Play {
-    let facts: Vec<(usize, &str)> = (scenario.phases.iter().enumerate())
-        .flat_map(|(i, phase)| phase.facts.iter().map(move |f| (i, f.as_str())))
+    let facts: Vec<(usize, Probe<'_>)> = (scenario.phases.iter().enumerate())
+        .flat_map(|(i, phase)| {
+            (phase.facts.iter()).map(move |f| (i, Probe::Identifier(f.as_str())))
+        })
+        .collect();
+    let statements: Vec<(usize, Probe<'_>)> = (scenario.phases.iter().enumerate())
+        .flat_map(|(i, phase)| (phase.statements.iter()).map(move |s| (i, Probe::Statement(s))))
         .collect();
     let mut compacted: HashSet<usize> = HashSet::new();
+    let mut statements_compacted: HashSet<usize> = HashSet::new();
     let mut session: Vec<Message> = scenario.system.iter().cloned().collect();
     let mut play = Play::default();
     for played in &scenario.messages {
@@ -87,30 +146,30 @@ pub async fn play(
             match checked {
                 Err(e) => play.failures.push(e),
                 Ok(text) => {
-                    for (i, (_, fact)) in facts.iter().enumerate() {
-                        if !compacted.contains(&i) && old.iter().any(|m| mentions(m, fact)) {
-                            compacted.insert(i);
-                        }
-                    }
+                    mark_compacted(&facts, &old, &mut compacted);
+                    mark_compacted(&statements, &old, &mut statements_compacted);
                     let kept = session.split_off(split.cut);
                     session.retain(|m| m.role == Role::System);
                     session.push(summary_message(&text));
                     session.extend(kept);
-                    play.compactions.push(knowledge(
-                        &facts,
-                        &compacted,
-                        &session,
-                        scenario.phases.len(),
-                        Compaction {
-                            removed_chars,
-                            summary_chars: char_count(&text),
-                            millis,
-                            compacted: 0,
-                            known: 0,
-                            by_phase: Vec::new(),
-                            missing: Vec::new(),
-                        },
-                    ));
+                    let phases = scenario.phases.len();
+                    let of_facts = knowledge(&facts, &compacted, &session, phases);
+                    let of_statements =
+                        knowledge(&statements, &statements_compacted, &session, phases);
+                    play.compactions.push(Compaction {
+                        removed_chars,
+                        summary_chars: char_count(&text),
+                        millis,
+                        compacted: of_facts.compacted,
+                        known: of_facts.known,
+                        by_phase: of_facts.by_phase,
+                        missing: of_facts.missing,
+                        statements_compacted: of_statements.compacted,
+                        statements_known: of_statements.known,
+                        statements_by_phase: of_statements.by_phase,
+                        statements_missing: of_statements.missing,
+                        summary: text,
+                    });
                 }
             }
         }
@@ -169,27 +228,39 @@ async fn summarize(
     }
 }
 
-/// Fills in what the agent knows of the compacted facts, given its context now.
+/// Marks the facts that `old` (a part being removed) holds as compacted.
+fn mark_compacted(facts: &[(usize, Probe<'_>)], old: &[Message], compacted: &mut HashSet<usize>) {
+    for (i, (_, fact)) in facts.iter().enumerate() {
+        if !compacted.contains(&i) && old.iter().any(|m| fact.in_message(m)) {
+            compacted.insert(i);
+        }
+    }
+}
+
+/// What the agent knows of the compacted facts, given its context now.
 fn knowledge(
-    facts: &[(usize, &str)],
+    facts: &[(usize, Probe<'_>)],
     compacted: &HashSet<usize>,
     session: &[Message],
     phases: usize,
-    mut record: Compaction,
-) -> Compaction {
-    record.by_phase = vec![(0, 0); phases];
+) -> Known {
+    let mut record = Known {
+        compacted: 0,
+        known: 0,
+        by_phase: vec![(0, 0); phases],
+        missing: Vec::new(),
+    };
     let mut compacted: Vec<usize> = compacted.iter().copied().collect();
     compacted.sort_unstable();
     for i in compacted {
         let (phase, fact) = facts[i];
-        let known = session.iter().any(|m| mentions(m, fact));
         record.compacted += 1;
         record.by_phase[phase].0 += 1;
-        if known {
+        if session.iter().any(|m| fact.in_message(m)) {
             record.known += 1;
             record.by_phase[phase].1 += 1;
         } else {
-            record.missing.push(fact.to_owned());
+            record.missing.push(fact.label());
         }
     }
     record

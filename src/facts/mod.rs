@@ -19,7 +19,12 @@ use lexer::{quoted, tokens};
 
 mod classify;
 mod lexer;
+mod statements;
 mod words;
+
+pub use statements::{
+    holds_name, is_list, sentences_of, stated_text, statements, states, strip_marker,
+};
 
 /// What an identifier is; for reports and tests, matching ignores it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
