@@ -463,62 +463,109 @@ mod tests {
     use super::*;
     use crate::extractive::Extractive;
 
-    /// The extractive summarizer on the corpus at the seed's defaults: its figures are
-    /// deterministic, so these floors hold exactly or fail.
+    /// The extractive summarizer on the corpus, at the seed's defaults and at the tight
+    /// setting: its figures are deterministic, so these floors hold exactly or fail.
+    ///
+    /// A planted fact is kept as a statement only when one sentence or bullet of the
+    /// context holds its subject and its value and is not a list of identifiers. Targets:
+    /// 85% of the statements after one compaction, 65% after five, and identifiers no
+    /// lower than the summarizer that listed them (90%, 75%), at 4x compression or more.
+    /// Every phase keeps half of its statements to the end at the defaults; at the tight
+    /// setting (about 22 compactions of each investigation, summaries of 2,000-3,000
+    /// characters) the oldest phases fall to a quarter to a half, below that target:
+    /// their floor here is what the summarizer keeps today, so that it cannot slip.
     #[tokio::test]
     async fn the_extractive_summarizer_keeps_the_corpus_facts_above_the_floors() {
         let corpus = corpus::built_in().unwrap();
-        let report = evaluate(
-            "extractive",
-            &Extractive::new(6_000),
-            &corpus,
-            SETTINGS[0],
-            6_000,
-            FactCheck::default(),
-        )
-        .await;
-        let all = &report.all;
-        let after = |k: usize| all.after[k].and_then(Ratio::value).unwrap();
-        assert!(
-            after(0) >= 0.90,
-            "after 1 compaction: {:.3}\n{report}",
-            after(0)
-        );
-        assert!(
-            after(2) >= 0.75,
-            "after 5 compactions: {:.3}\n{report}",
-            after(2)
-        );
-        assert!(all.compression().unwrap() >= 4.0, "{report}");
-        // Late facts are kept as well as early ones: the old summarizer kept 66% of the
-        // first phase's facts and 10-40% of every later phase's. Every phase keeps most
-        // of its facts to the end, and the last two as well as the first two, give or take
-        // the extra compactions the first ones went through.
-        for (phase, kept) in all.by_phase.iter().enumerate() {
-            let kept = kept.value().unwrap_or(1.0);
-            assert!(kept >= 0.6, "phase {} keeps {kept:.3}\n{report}", phase + 1);
+        for (setting, phase_floor) in [(SETTINGS[0], 0.5), (SETTINGS[1], 0.2)] {
+            let report = evaluate(
+                "extractive",
+                &Extractive::new(6_000),
+                &corpus,
+                setting,
+                6_000,
+                FactCheck::default(),
+            )
+            .await;
+            let all = &report.all;
+            let value = |r: Option<Ratio>| r.and_then(Ratio::value).unwrap();
+            for (k, floor) in [(0, 0.85), (2, 0.65)] {
+                let stated = value(all.statements_after[k]);
+                assert!(
+                    stated >= floor,
+                    "statements after {}: {stated:.3}\n{report}",
+                    AFTER[k]
+                );
+            }
+            for (k, floor) in [(0, 0.90), (2, 0.75)] {
+                let ids = value(all.after[k]);
+                assert!(
+                    ids >= floor,
+                    "identifiers after {}: {ids:.3}\n{report}",
+                    AFTER[k]
+                );
+            }
+            assert!(all.compression().unwrap() >= 4.0, "{report}");
+            for (phase, kept) in all.statements_by_phase.iter().enumerate() {
+                let kept = kept.value().unwrap_or(1.0);
+                assert!(
+                    kept >= phase_floor,
+                    "phase {} states {kept:.3}\n{report}",
+                    phase + 1
+                );
+            }
+            for scenario in &report.scenarios {
+                assert!(
+                    scenario.failures.is_empty(),
+                    "{}: {:?}",
+                    scenario.name,
+                    scenario.failures
+                );
+                assert!(
+                    scenario.compactions >= 5,
+                    "{} compacted {} times",
+                    scenario.name,
+                    scenario.compactions
+                );
+            }
         }
-        let pooled = |phases: &[Ratio]| phases.iter().fold(Ratio::default(), |a, r| a.add(*r));
-        let n = all.by_phase.len();
-        let early = pooled(&all.by_phase[..2]).value().unwrap();
-        let late = pooled(&all.by_phase[n - 2..]).value().unwrap();
-        assert!(
-            late >= early - 0.1,
-            "late {late:.3}, early {early:.3}\n{report}"
-        );
-        for scenario in &report.scenarios {
-            assert!(
-                scenario.failures.is_empty(),
-                "{}: {:?}",
-                scenario.name,
-                scenario.failures
-            );
-            assert!(
-                scenario.compactions >= 5,
-                "{} compacted {} times",
-                scenario.name,
-                scenario.compactions
-            );
+    }
+
+    /// A finding is a statement: never a question, never a list of identifiers, never
+    /// cut inside a word or a number (it ends whole, or with an ellipsis after a word).
+    #[tokio::test]
+    async fn the_extractive_summaries_are_made_of_statements() {
+        let corpus = corpus::built_in().unwrap();
+        for setting in SETTINGS {
+            for scenario in &corpus {
+                let limits = Limits {
+                    threshold_chars: setting.threshold_chars,
+                    keep_chars: setting.keep_chars,
+                };
+                let played = play::play(
+                    scenario,
+                    &Extractive::new(6_000),
+                    limits,
+                    6_000,
+                    FactCheck::default(),
+                )
+                .await;
+                for c in &played.compactions {
+                    for line in c.summary.lines().filter(|l| l.starts_with("- ")) {
+                        let finding = &line[2..];
+                        assert!(!finding.ends_with('?'), "a question: {line}");
+                        assert!(!crate::facts::is_list(finding), "a list: {line}");
+                        assert!(!finding.starts_with("- "), "a bullet in a bullet: {line}");
+                    }
+                    let state = c.summary.rsplit("**Current state:** ").next().unwrap();
+                    let last = state.trim_end().chars().last().unwrap();
+                    assert!(
+                        matches!(last, '.' | '!' | '?' | '…' | ')' | '`' | '"' | ':'),
+                        "{}: the current state ends mid-sentence: {state}",
+                        scenario.name
+                    );
+                }
+            }
         }
     }
 }

@@ -1,24 +1,28 @@
 //! The built-in summarizer: fills the seed's template from the old messages, offline and
-//! deterministic, choosing what to keep by the identifiers it carries ([`crate::facts`]).
+//! deterministic, with the investigation's statements: sentences that say what a value
+//! is about, never lists of identifiers.
 //!
 //! - **Investigating:** the first human ask, whole (an earlier summary's, when there is
 //!   one, which was the first ask of all).
-//! - **Key findings:** units (sentences of the human and the agent, tool output lines,
-//!   an earlier summary's bullets, tool calls) chosen to cover the most identifier weight
-//!   per character not covered yet ([`cover`]), so that new facts are never starved by
-//!   old ones and log noise does not crowd out either ([`units`] says how identifiers are
-//!   weighed); then, in the room left, the identifiers still uncovered, heaviest first,
-//!   as one compressed "Also noted" bullet. An earlier summary's facts are carried
-//!   forward in that form when its bullets no longer fit.
-//! - **Ruled out:** sentences that rule something out ("not", "ruled out", "no sign
-//!   of", "healthy"), from every role and the earlier summary, by the same cover.
+//! - **Key findings:** statements chosen to cover the most identifier weight per
+//!   character not covered yet ([`cover`]; [`units`] says how identifiers are weighed):
+//!   what the agent concluded and the human said, and an earlier summary's findings,
+//!   each one whole sentence, shortened only by whole clauses ([`clauses`]). Never a
+//!   question, a request, a tool call, or a list. A tool line only when it shows
+//!   something wrong (an error word) that nobody stated, and never when it repeats a
+//!   template (log noise), says all is well, or is not a sentence (a table row, JSON,
+//!   code). As findings age they are carried in compact form (the clauses without an
+//!   identifier left out) rather than dropped: see [`findings`].
+//! - **Ruled out:** the part of each sentence that rules something out ("not", "ruled
+//!   out", "no sign of", "is healthy"), from every role and the earlier summary.
 //! - **Current state:** the latest exchange's conclusion: the last sentences of the
-//!   agent's last answer, whole.
+//!   agent's last answer, whole, which no finding repeats.
 //!
 //! The summary takes at most a quarter of what it replaces (at least [`MIN_BUDGET`]
 //! chars, never `SUMMARY_MAX_CHARS` or more). Everything is linear in the old part's
 //! size: one pass to cut units, one to weigh, and the bucket queue of [`cover`].
 
+mod clauses;
 mod cover;
 mod units;
 
@@ -78,10 +82,6 @@ const NO_FINDINGS: &str = "- no specific findings recorded";
 const ALSO_NOTED: &str = "- Also noted: ";
 const ALSO_IN_TOOLS: &str = "- Also in tool output: ";
 
-/// The least weight an identifier needs to be listed on its own: a tool's counter that
-/// appears once, on a templated line, is not a fact worth carrying.
-const LIST_MIN_WEIGHT: u32 = 2;
-
 /// The summary takes at most `1 / COMPRESSION` of what it replaces...
 const COMPRESSION: usize = 4;
 /// ... but may take this much of a small old part (still less than all of it).
@@ -91,12 +91,11 @@ pub const MIN_BUDGET: usize = 600;
 const SKELETON: usize =
     INVESTIGATING.len() + KEY_FINDINGS.len() + RULED_OUT.len() + CURRENT_STATE.len() + 8;
 
-/// Of the findings' room, the share full units may take; the rest (and what they leave)
-/// goes to the "Also noted" identifiers.
-const UNITS_SHARE: (usize, usize) = (3, 10);
-
-/// Of the units' room, the share new units choose from first.
-const NEW_FIRST: (usize, usize) = (2, 3);
+/// Of the findings' room, the share an earlier summary's statements choose from first
+/// (see [`findings`]) ...
+const OLD_SHARE: (usize, usize) = (1, 2);
+/// ... and the share the new statements may then fill.
+const NEW_SHARE: (usize, usize) = (2, 3);
 
 fn summarize(old: &[Message], max_chars: usize) -> Result<Summary, LlmError> {
     let input_chars = usize::try_from(old.iter().map(|m| m.chars).sum::<i64>()).unwrap_or(0);
@@ -118,79 +117,24 @@ fn summarize(old: &[Message], max_chars: usize) -> Result<Summary, LlmError> {
 
     let investigating = investigating(old, &collected, room / 4);
     cover_text(&investigating, &collected, &mut covered);
-    let state = current_state(old, &collected, (room / 6).min(600));
+    // A sixth of the room, but room for one ordinary sentence in a small summary.
+    let state_room = (room / 6).clamp((room / 3).min(200), 600);
+    let (state, drawn) = current_state(old, &collected, state_room);
     cover_text(&state, &collected, &mut covered);
 
-    let ruled_out_text = ruled_out(&collected, &mut covered, room / 10);
+    let ruled_out_text = ruled_out(&collected, &mut covered, room / 8);
 
     let used = chars(&investigating) + chars(&state) + chars(&ruled_out_text);
     let findings_room = room.saturating_sub(used);
-    // New units choose first, so that an earlier summary's facts, however dense, never
-    // starve the new ones; then all compete for what is left. Whatever is not chosen
-    // may still be carried as an identifier in "Also noted".
-    let units_room = findings_room * UNITS_SHARE.0 / UNITS_SHARE.1;
-    let new =
-        (0..collected.units.len()).filter(|&u| collected.units[u].new && !collected.units[u].call);
-    let mut chosen = cover::choose(
-        &collected.units,
-        new,
-        &collected.weights,
-        &mut covered,
-        units_room * NEW_FIRST.0 / NEW_FIRST.1,
-        cover::OVERHEAD,
-    );
-    let taken: usize = chosen
-        .iter()
-        .map(|&u| collected.units[u].chars() + cover::OVERHEAD)
-        .sum();
-    chosen.extend(cover::choose(
-        &collected.units,
-        (0..collected.units.len()).filter(|&u| !collected.units[u].call),
-        &collected.weights,
-        &mut covered,
-        units_room.saturating_sub(taken),
-        cover::OVERHEAD,
-    ));
-    let units_chars = |chosen: &[usize]| -> usize {
-        chosen.iter().map(|&u| collected.units[u].chars() + 3).sum()
-    };
-    // What the human or the agent wrote, then what only tools printed, each as a list:
-    // kept apart so that a later compaction still tells them apart (tool output, once
-    // listed, must not weigh as if it had been said).
-    let mut list = listed(
-        &collected,
-        &mut covered,
-        findings_room.saturating_sub(units_chars(&chosen)),
-        ALSO_NOTED,
-        |id| collected.said[id],
-    );
-    list.push_str(&listed(
-        &collected,
-        &mut covered,
-        findings_room.saturating_sub(units_chars(&chosen) + chars(&list)),
-        ALSO_IN_TOOLS,
-        |id| !collected.said[id],
-    ));
-    // What the list leaves goes to more units.
-    let left = findings_room.saturating_sub(units_chars(&chosen) + chars(&list));
-    chosen.extend(cover::choose(
-        &collected.units,
-        0..collected.units.len(),
-        &collected.weights,
-        &mut covered,
-        left,
-        3,
-    ));
-    // Oldest first, an earlier summary's bullets before the rest: the order they
-    // happened in.
-    chosen.sort_unstable();
+    let mut chosen = findings(&collected, &drawn, &mut covered, findings_room);
+    let units = &collected.units;
+    chosen.sort_unstable_by_key(|&u| units[u].origin);
     let mut findings = String::new();
     for &u in &chosen {
         findings.push_str("- ");
-        findings.push_str(&collected.units[u].text);
+        findings.push_str(&units[u].text);
         findings.push('\n');
     }
-    findings.push_str(&list);
     if findings.is_empty() {
         findings = format!("{NO_FINDINGS}\n");
     }
@@ -210,21 +154,107 @@ fn summarize(old: &[Message], max_chars: usize) -> Result<Summary, LlmError> {
     })
 }
 
+/// The findings: statements chosen to cover the most identifier weight per character
+/// ([`cover`]), in `room` characters, in four rounds.
+///
+/// 1. An earlier summary's statements, in up to [`OLD_SHARE`] of the room, each in its
+///    compact form when it has one: the investigation's findings so far are kept, said
+///    in fewer words as they age, rather than pushed out by whatever the newest
+///    messages hold (an old part of 12,000 characters holds dozens of sentences with
+///    identifiers, and two or three findings).
+/// 2. The new statements, whole, up to [`NEW_SHARE`] of the room in all.
+/// 3. Every statement, whole (an earlier one in its compact form), in what is left.
+/// 4. Compact forms of the statements that did not fit, then tool lines that show
+///    something wrong that nobody stated, in what is left.
+///
+/// The statements `in_state` (the current state's) are left out. Returns the chosen
+/// units' indices, in no particular order.
+fn findings(
+    collected: &Collected,
+    in_state: &[String],
+    covered: &mut [bool],
+    room: usize,
+) -> Vec<usize> {
+    let units = &collected.units;
+    let weights = &collected.weights;
+    // The statements "Current state" says, whole or shortened, are not said twice.
+    let stated: std::collections::HashSet<usize> = (units.iter())
+        .filter(|u| !u.compact && u.new && in_state.iter().any(|s| s.contains(u.text.as_str())))
+        .map(|u| u.origin)
+        .collect();
+    let statement =
+        |u: usize| units[u].said && !units[u].unfit && !stated.contains(&units[u].origin);
+    let has_compact =
+        |u: usize| (units.get(u + 1)).is_some_and(|c| c.compact && c.origin == units[u].origin);
+    // An earlier statement as it is carried: compact when it can be.
+    let carried = |u: usize| statement(u) && !units[u].new && (units[u].compact || !has_compact(u));
+    let whole = |u: usize| statement(u) && !units[u].compact;
+    let taken = |chosen: &[usize]| -> usize {
+        (chosen.iter())
+            .map(|&u| units[u].chars() + cover::OVERHEAD)
+            .sum()
+    };
+    let share = |(n, d): (usize, usize)| room * n / d;
+
+    let mut chosen = cover::choose(
+        units,
+        (0..units.len()).filter(|&u| carried(u)),
+        weights,
+        covered,
+        share(OLD_SHARE),
+        cover::OVERHEAD,
+    );
+    let room_for = |chosen: &[usize], total: usize| total.saturating_sub(taken(chosen));
+    chosen.extend(cover::choose(
+        units,
+        (0..units.len()).filter(|&u| units[u].new && whole(u)),
+        weights,
+        covered,
+        room_for(&chosen, share(NEW_SHARE)),
+        cover::OVERHEAD,
+    ));
+    chosen.extend(cover::choose(
+        units,
+        (0..units.len()).filter(|&u| carried(u) || (units[u].new && whole(u))),
+        weights,
+        covered,
+        room_for(&chosen, room),
+        cover::OVERHEAD,
+    ));
+    chosen.extend(cover::choose(
+        units,
+        (0..units.len()).filter(|&u| statement(u) && units[u].compact),
+        weights,
+        covered,
+        room_for(&chosen, room),
+        cover::OVERHEAD,
+    ));
+    chosen.extend(cover::choose(
+        units,
+        (0..units.len()).filter(|&u| !units[u].unfit && !units[u].said),
+        weights,
+        covered,
+        room_for(&chosen, room),
+        cover::OVERHEAD,
+    ));
+    chosen
+}
+
 /// The sentences that rule something out, newest first while they fit in `room`,
 /// shown oldest first; their identifiers are covered.
 fn ruled_out(collected: &Collected, covered: &mut [bool], room: usize) -> String {
-    let mut taken: Vec<&str> = Vec::new();
+    let mut taken: Vec<String> = Vec::new();
     let mut used = 0;
     for unit in collected.units.iter().rev().filter(|u| u.negation) {
-        let cost = unit.chars() + 2;
-        if used + cost > room || taken.contains(&unit.text.trim_end_matches('.')) {
+        let part = units::negation_part(&unit.text);
+        let part = part.trim_end_matches('.');
+        let cost = chars(part) + 2;
+        if used + cost > room || taken.iter().any(|t| t == part) {
             continue;
         }
         used += cost;
-        taken.push(unit.text.trim_end_matches('.'));
-        for &id in &unit.ids {
-            covered[id as usize] = true;
-        }
+        cover_text(part, collected, covered);
+        taken.push(part.to_owned());
     }
     if taken.is_empty() {
         return NOTHING_RULED_OUT.to_owned();
@@ -251,20 +281,23 @@ fn investigating(old: &[Message], collected: &Collected, room: usize) -> String 
     )
 }
 
-/// The last sentences of the agent's last answer that fit in `room`, whole; an earlier
-/// summary's "Current state" when the agent said nothing since.
-fn current_state(old: &[Message], collected: &Collected, room: usize) -> String {
+/// The last sentences of the agent's last answer that fit in `room`, whole (the last one
+/// shortened when none fits); an earlier summary's "Current state" when the agent said
+/// nothing since. With it, the sentences it was drawn from, which no finding repeats.
+fn current_state(old: &[Message], collected: &Collected, room: usize) -> (String, Vec<String>) {
     let answer = old
         .iter()
         .rev()
         .find(|m| m.role == Role::Assistant && !m.content.trim().is_empty());
     let Some(answer) = answer else {
-        return collected
-            .earlier_state
-            .as_deref()
+        let state = (collected.earlier_state.as_deref())
             .map_or_else(|| "(no state recorded)".to_owned(), |s| fit(s, room));
+        return (state, Vec::new());
     };
-    let sentences: Vec<String> = units::sentences(&answer.content).collect();
+    let sentences: Vec<String> = (units::sentences(&answer.content))
+        .map(|s| facts::strip_marker(&s).to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
     let mut taken = 0;
     let mut used = 0;
     for sentence in sentences.iter().rev() {
@@ -276,31 +309,36 @@ fn current_state(old: &[Message], collected: &Collected, room: usize) -> String 
         taken += 1;
     }
     if taken == 0 {
-        return fit(sentences.last().map_or("", String::as_str), room);
+        let last = sentences.last().map_or("", String::as_str);
+        return (fit(last, room), vec![last.to_owned()]);
     }
-    sentences[sentences.len() - taken..].join(" ")
+    let drawn = sentences[sentences.len() - taken..].to_vec();
+    (drawn.join(" "), drawn)
 }
 
-/// `text` on one line within `room` chars: whole when it fits, else up to its last
-/// sentence end that fits, else its words that fit and an ellipsis.
+/// `text` on one line within `room` chars: whole when it fits, else its first whole
+/// sentences that fit, else its first sentence shortened by clauses or words
+/// ([`clauses::within`]): never cut inside a word or a number.
 fn fit(text: &str, room: usize) -> String {
     let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if chars(&line) <= room {
         return line;
     }
-    let Some((cut, _)) = line.char_indices().nth(room.saturating_sub(1)) else {
-        return line;
-    };
-    let head = &line[..cut];
-    if let Some(end) = head.rfind(['.', '?', '!'])
-        && end > cut / 4
-    {
-        return head[..=end].to_owned();
+    let mut out = String::new();
+    for sentence in facts::sentences_of(&line) {
+        if chars(&out) + usize::from(!out.is_empty()) + chars(sentence) > room {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(sentence);
     }
-    match head.rfind(' ') {
-        Some(space) if space > 0 => format!("{}…", &head[..space]),
-        _ => format!("{head}…"),
+    if chars(&out) > room / 4 {
+        return out;
     }
+    let first = facts::sentences_of(&line).next().unwrap_or(&line);
+    clauses::within(first, &units::spans(first), room).text
 }
 
 /// Marks the identifiers `text` holds as covered.
@@ -309,49 +347,6 @@ fn cover_text(text: &str, collected: &Collected, covered: &mut [bool]) {
         if let Some(&id) = collected.index.get(fact.text) {
             covered[id as usize] = true;
         }
-    }
-}
-
-/// Uncovered identifiers that `belongs` accepts, heaviest first (then in order of
-/// appearance), as one bullet starting `heading`, within `room` chars; empty when none
-/// fits. Listing one covers it and the identifiers inside it.
-fn listed(
-    collected: &Collected,
-    covered: &mut [bool],
-    room: usize,
-    heading: &str,
-    belongs: impl Fn(usize) -> bool,
-) -> String {
-    let heaviest = collected.weights.iter().copied().max().unwrap_or(0);
-    let mut line = String::new();
-    let mut used = chars(heading) + 1;
-    'weights: for weight in (LIST_MIN_WEIGHT..=heaviest).rev() {
-        for (id, text) in collected.ids.iter().enumerate() {
-            if covered[id] || collected.weights[id] != weight || !belongs(id) {
-                continue;
-            }
-            let cost = chars(text) + if line.is_empty() { 0 } else { 2 };
-            if used + cost > room {
-                if room.saturating_sub(used) < 8 {
-                    break 'weights;
-                }
-                continue;
-            }
-            if !line.is_empty() {
-                line.push_str(", ");
-            }
-            line.push_str(text);
-            used += cost;
-            covered[id] = true;
-            for &part in &collected.parts[id] {
-                covered[part as usize] = true;
-            }
-        }
-    }
-    if line.is_empty() {
-        line
-    } else {
-        format!("{heading}{line}\n")
     }
 }
 

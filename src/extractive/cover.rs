@@ -9,12 +9,16 @@
 
 use super::units::Unit;
 
-/// Buckets of density. A density is `gain * SCALE / (chars + OVERHEAD)`, capped.
+/// Buckets of density. A density is `gain * SCALE / (chars + BIAS)`, capped.
 const BUCKETS: usize = 1024;
 const SCALE: u64 = 256;
-/// What a bullet costs beyond its text ("- " and the line break), and a bias towards
-/// lines that say more than a word or two.
-pub(super) const OVERHEAD: usize = 24;
+/// What a bullet costs beyond its text: "- " and the line break.
+pub(super) const OVERHEAD: usize = 3;
+
+/// In a density, what a unit is charged beyond its text: a bias towards statements
+/// that say something beyond their identifiers (at 24, "It's 15:20 now." outranked the
+/// sentence that said what happened at 15:20).
+const BIAS: usize = 48;
 
 /// What `unit` adds: the squared weights of its identifiers not yet covered. Squared,
 /// so that one identifier the agent wrote outweighs a row of counters from a table.
@@ -28,7 +32,7 @@ pub(super) fn gain(unit: &Unit, weights: &[u32], covered: &[bool]) -> u64 {
 
 fn density(unit: &Unit, weights: &[u32], covered: &[bool]) -> usize {
     let gain = gain(unit, weights, covered);
-    let cost = (unit.chars() + OVERHEAD) as u64;
+    let cost = (unit.chars() + BIAS) as u64;
     usize::try_from(gain * SCALE / cost)
         .unwrap_or(BUCKETS - 1)
         .min(BUCKETS - 1)

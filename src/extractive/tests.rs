@@ -58,23 +58,35 @@ fn fills_every_heading_from_the_transcript() {
         ),
         "{text}"
     );
-    // A fact only a tool printed is kept, in its line or in a list of its own.
-    assert!(text.contains("14:05:12") && text.contains("30s"), "{text}");
-    assert!(text.contains("480 connections"), "{text}");
-    // A user message other than the first carries facts too.
-    assert!(text.contains("v15.4.2"), "{text}");
+    // What only a tool printed is kept when it shows something wrong, in its line.
+    assert!(
+        text.contains("- tool → 14:05:12 ERROR checkout-api upstream timeout after 30s\n"),
+        "{text}"
+    );
+    // A user message other than the first carries facts too; a question is kept only
+    // to say what the answer after it is about.
+    assert!(
+        text.contains("- What about the database? It was upgraded to v15.4.2 yesterday.\n"),
+        "{text}"
+    );
     assert!(
         text.contains("**Ruled out:** DNS resolution looks normal, so DNS is ruled out\n"),
         "{text}"
     );
+    // The last answer, whole, said once: not again among the findings.
     assert!(
-        text.ends_with("**Current state:** The pool is saturated. Checking pgbouncer next."),
+        text.ends_with(
+            "**Current state:** orders_db shows 480 connections against max_connections=500. The pool is saturated. Checking pgbouncer next."
+        ),
         "{text}"
     );
+    assert_eq!(text.matches("480 connections").count(), 1, "{text}");
     assert_eq!(s.model, "extractive");
+    // Every identifier but the pool's size, a line with no error word nobody stated.
     assert_eq!(
         FactSet::of_messages(&old).recall(&text).missing,
-        Vec::<String>::new()
+        ["14:05:13", "100/100"],
+        "{text}"
     );
 }
 
@@ -89,7 +101,7 @@ fn is_deterministic() {
 #[test]
 fn an_earlier_summarys_facts_are_carried_forward() {
     let earlier = earlier_summary(
-        "**Investigating:** 502s on checkout\n**Key findings:**\n- pool at 100/100 at 14:05 on pg-primary-1\n- Also noted: a3f9c21, INC-4821\n**Ruled out:** DNS is not involved\n**Current state:** checking db",
+        "**Investigating:** 502s on checkout\n**Key findings:**\n- pool at 100/100 at 14:05 on pg-primary-1\n- Commit a3f9c21 was deployed for INC-4821.\n- Also noted: 9f2c7e1, INC-7\n**Ruled out:** DNS is not involved\n**Current state:** checking db",
     );
     let mut old = vec![earlier];
     old.extend(incident().into_iter().skip(1));
@@ -103,14 +115,19 @@ fn an_earlier_summarys_facts_are_carried_forward() {
         text.starts_with("**Investigating:** 502s on checkout\n"),
         "{text}"
     );
-    for fact in ["pg-primary-1", "a3f9c21", "INC-4821", "480 connections"] {
-        assert!(text.contains(fact), "{fact} lost: {text}");
+    for statement in [
+        "pool at 100/100 at 14:05 on pg-primary-1",
+        "Commit a3f9c21 was deployed for INC-4821.",
+        "orders_db shows 480 connections against max_connections=500.",
+    ] {
+        assert!(text.contains(statement), "{statement} lost: {text}");
     }
     assert!(
         text.contains("DNS is not involved; DNS resolution looks normal"),
         "{text}"
     );
-    assert_eq!(text.matches("Also noted").count(), 1, "{text}");
+    // A list of identifiers (an older version wrote them) is not carried as one.
+    assert!(!text.contains("Also noted"), "{text}");
 }
 
 #[test]
@@ -124,7 +141,10 @@ fn new_facts_are_not_starved_by_an_earlier_summarys() {
         "**Investigating:** slow checkout\n**Key findings:**\n{bullets}**Ruled out:** nothing ruled out yet\n**Current state:** looking"
     ));
     let mut old = vec![earlier];
-    old.push(msg(Role::User, "Anything new since the deploy of v2.14.3?"));
+    old.push(msg(
+        Role::User,
+        "We deployed v2.14.3 an hour ago. Anything new since?",
+    ));
     old.push(msg(
         Role::Assistant,
         &format!(
@@ -142,6 +162,142 @@ fn new_facts_are_not_starved_by_an_earlier_summarys() {
         assert!(text.contains(fact), "{fact} starved: {text}");
     }
     assert!(text.contains("node-0"), "{text}");
+}
+
+/// A question states nothing: it is never a finding, though its identifiers still weigh.
+/// Nor is a tool line that says all is well.
+#[test]
+fn questions_and_healthy_lines_are_never_findings() {
+    let old = vec![
+        msg(
+            Role::User,
+            "Is orders-db-replica-2 lagging, or is pgbouncer-14 the problem?",
+        ),
+        msg(Role::Assistant, "Checking the replica."),
+        msg(
+            Role::Tool,
+            "2026-03-14T14:02:11Z INFO orders-db-replica-2 replication healthy lag_ms=12",
+        ),
+        msg(
+            Role::Assistant,
+            "pgbouncer-14 hit max_client_conn=2000 at 14:03, so new clients are refused. That is the cause.",
+        ),
+    ];
+    let text = summarize(&old, 6_000).unwrap().text;
+    let findings = text
+        .split(KEY_FINDINGS)
+        .nth(1)
+        .and_then(|rest| rest.split(RULED_OUT).next())
+        .unwrap();
+    assert!(!findings.contains('?'), "{text}");
+    assert!(!findings.contains("INFO orders-db-replica-2"), "{text}");
+    assert!(
+        findings.contains("pgbouncer-14 hit max_client_conn=2000 at 14:03"),
+        "{text}"
+    );
+}
+
+/// A request states nothing; an answer's opener ("Yes:") is not part of what it states.
+#[test]
+fn requests_and_openers_are_not_findings() {
+    let old = vec![
+        msg(
+            Role::User,
+            "Checkout is failing since 14:05. Check orders-db.",
+        ),
+        msg(
+            Role::Assistant,
+            "Yes: checkout-api v5.33.0 rolled out at 14:01, two minutes before the errors.",
+        ),
+        msg(Role::User, "Roll back to v5.32.0 now, please."),
+        msg(
+            Role::Assistant,
+            "Rolled back: 12 of 12 pods run v5.32.0 since 14:35 and errors stopped.",
+        ),
+    ];
+    let text = summarize(&old, 6_000).unwrap().text;
+    let findings = text
+        .split(KEY_FINDINGS)
+        .nth(1)
+        .and_then(|rest| rest.split(RULED_OUT).next())
+        .unwrap();
+    assert!(
+        findings.contains(
+            "- checkout-api v5.33.0 rolled out at 14:01, two minutes before the errors.\n"
+        ),
+        "{text}"
+    );
+    assert!(!findings.contains("Check orders-db"), "{text}");
+    assert!(!findings.contains("Roll back to"), "{text}");
+}
+
+/// Tool output that is not a sentence (a table row, a header, JSON, code) is never a
+/// finding, even when it holds an error word and nobody stated its identifiers.
+#[test]
+fn tool_output_that_is_not_a_sentence_is_never_a_finding() {
+    let old = vec![
+        msg(Role::User, "Which etcd member is failing since 14:12?"),
+        msg(Role::Assistant, "Listing the members."),
+        msg(
+            Role::Tool,
+            "ENDPOINT ID VERSION ERRORS\n\
+             | https://10.20.5.11:2379 | 1c7d3f0e84a2b961 | 3.5.17 | error |\n\
+             {\"level\":\"warn\",\"error\":\"rpc error: code = DeadlineExceeded\"}\n\
+             \"errorCode\": \"DeadlineExceeded-5000\",\n\
+             if err != nil { return fmt.Errorf(\"failed: %w\", err) }\n\
+             Failed to get the status of endpoint https://10.20.70.14:2379 (context deadline exceeded)",
+        ),
+        msg(
+            Role::Assistant,
+            "One member does not answer; the other four agree on raft_term=42.",
+        ),
+    ];
+    let text = summarize(&old, 6_000).unwrap().text;
+    let tool_lines: Vec<&str> = text.lines().filter(|l| l.contains('→')).collect();
+    assert_eq!(
+        tool_lines,
+        [
+            "- tool → Failed to get the status of endpoint https://10.20.70.14:2379 (context deadline exceeded)"
+        ],
+        "{text}"
+    );
+}
+
+/// When the room is short, an earlier summary's long statements are carried in compact
+/// form (their clauses without identifiers left out) rather than dropped.
+#[test]
+fn old_statements_are_said_in_fewer_words_rather_than_dropped() {
+    let long = |n: usize| {
+        format!(
+            "The pool of pgbouncer-{n}, which every service in the payments namespace shares \
+             and which nobody had looked at since the migration last spring, was capped at \
+             max_pool={n}03"
+        )
+    };
+    let bullets: String = (1..=6).map(|n| format!("- {}.\n", long(n))).collect();
+    let earlier = earlier_summary(&format!(
+        "**Investigating:** slow payments\n**Key findings:**\n{bullets}**Ruled out:** nothing ruled out yet\n**Current state:** looking"
+    ));
+    let mut old = vec![earlier];
+    old.push(msg(
+        Role::User,
+        "The payments team raised max_pool on pgbouncer-1 to 283.",
+    ));
+    old.push(msg(Role::Assistant, "Rechecking the pools."));
+    old.push(msg(Role::Tool, &"12:00:01 INFO pool ok\n".repeat(100)));
+    old.push(msg(Role::Assistant, "All six pools answer."));
+    let text = summarize(&old, 1_000).unwrap().text;
+    // Room for about half of the statements whole.
+    assert!(char_count(&text) <= 1_000, "{text}");
+    for n in 1..=6 {
+        assert!(
+            text.contains(&format!(
+                "The pool of pgbouncer-{n} … was capped at max_pool={n}03"
+            )),
+            "pgbouncer-{n}: {text}"
+        );
+    }
+    assert!(text.contains("max_pool on pgbouncer-1 to 283"), "{text}");
 }
 
 #[test]
@@ -234,7 +390,16 @@ fn the_summary_stays_within_a_quarter_of_its_input_and_the_limit() {
     let text = summarize(&old, 6_000).unwrap().text;
     let n = char_count(&text);
     assert!(n <= 6_000 && n <= input / 4, "{n} of {input}");
-    assert!(text.contains("- Also noted: "), "{text}");
+    // Findings are whole statements of the transcript, not lists of identifiers.
+    let findings: Vec<&str> = text.lines().filter(|l| l.starts_with("- ")).collect();
+    assert!(findings.len() > 10, "{text}");
+    for finding in findings {
+        let statement = &finding[2..];
+        assert!(
+            old.iter().any(|m| m.content.contains(statement)),
+            "{finding}"
+        );
+    }
     let small = summarize(&old, 2_000).unwrap().text;
     assert!(char_count(&small) <= 2_000);
 }
@@ -258,7 +423,8 @@ fn megabytes_of_distinct_tool_lines_are_summarized_in_linear_time() {
     old[2] = msg(Role::Tool, &log_dump(5_000_000));
     let text = summarize_default(&old);
     assert!(text.contains("480 connections"), "{text}");
-    assert!(text.contains("ERROR svc-"), "{text}");
+    // A templated line, however many times it repeats, is noise, not a finding.
+    assert!(!text.contains("ERROR svc-"), "{text}");
 }
 
 #[test]
@@ -293,6 +459,18 @@ fn fit_cuts_at_a_sentence_end_then_a_word() {
     assert_eq!(fit("One two. Three four five six.", 16), "One two.");
     assert_eq!(fit("alpha beta gamma delta", 12), "alpha beta…");
     assert_eq!(fit("short", 10), "short");
+    // A decimal point ends no sentence: the old cut gave "requests wait up to 29.".
+    assert_eq!(
+        fit(
+            "The pool is full. Requests wait up to 29.9s before they fail",
+            45
+        ),
+        "The pool is full."
+    );
+    assert_eq!(
+        fit("Requests wait up to 29.9s before failing", 27),
+        "Requests wait up to 29.9s…"
+    );
 }
 
 #[test]

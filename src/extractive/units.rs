@@ -8,6 +8,7 @@
 //! - +1 for each further message that mentions it, up to 3 (the investigation came
 //!   back to it);
 //! - on a line or in a sentence with an error word: +1;
+//! - in a statement an earlier summary kept: +2 more (it was judged a finding before);
 //! - in a tool line an earlier summary kept (`name → line`): +1, which is all that an
 //!   identifier seen only in tool output gets for having been kept: noise, once chosen,
 //!   must not become a fact by being carried;
@@ -21,6 +22,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use serde_json::Value;
 
+use super::clauses;
 use crate::facts;
 use crate::message::{Message, Role};
 use crate::summary::{CURRENT_STATE, INVESTIGATING, KEY_FINDINGS, RULED_OUT};
@@ -39,6 +41,10 @@ const MIN_UNIT_CHARS: usize = 12;
 /// What being said by the human or the agent adds to an identifier's weight: the
 /// strongest sign that it matters.
 pub(super) const SAID: u32 = 4;
+
+/// What an earlier summary's keeping it in a statement adds: it was judged a finding
+/// before, and a new sentence must say more to displace it.
+const KEPT: u32 = 2;
 
 /// Each message past the first that mentions an identifier adds 1, up to this.
 const REPEATS: u32 = 3;
@@ -70,11 +76,22 @@ pub(super) struct Unit {
     pub negation: bool,
     /// Not from an earlier summary.
     pub new: bool,
-    /// A tool call (`called <name> <arguments>`): what was asked says less than what
-    /// came back, so calls only fill room nothing else wants.
-    pub call: bool,
+    /// A statement of the human's or the agent's, or an earlier summary's: what the
+    /// investigation concluded, as opposed to what a tool printed.
+    pub said: bool,
     /// A line of tool output, now or in an earlier summary.
     pub quotes_tool: bool,
+    /// Never a finding: a question (it asks, it states nothing), a tool call (what was
+    /// asked says less than what came back), or a tool line that says all is well, is
+    /// templated noise without an error word, or is a fragment (a JSON field, a word or
+    /// two) rather than a line that says something.
+    pub unfit: bool,
+    /// The compact form ([`clauses::compact`]) of the statement before it: the same
+    /// identifiers in fewer characters, for when the whole one does not fit.
+    pub compact: bool,
+    /// The unit's place in the old part (a compact form shares its statement's):
+    /// findings are shown in this order.
+    pub origin: usize,
 }
 
 /// What an identifier's mention implies: the identifiers inside it
@@ -135,6 +152,8 @@ struct Seen {
     untemplated: bool,
     /// In a tool line an earlier summary kept.
     carried: bool,
+    /// In a statement an earlier summary kept.
+    kept: bool,
     messages: u32,
     last_message: Option<usize>,
 }
@@ -147,10 +166,16 @@ pub(super) fn collect(old: &[Message]) -> Collected {
         match (m.role, m.is_summary) {
             (Role::User, true) => earlier(&m.content, index, &mut raw, &mut collected),
             (Role::User, false) => {
-                raw.extend(sentences(&m.content).map(|s| Raw::unit(s, Source::Human, index)));
+                raw.extend(
+                    (statements(&m.content).into_iter())
+                        .map(|s| Raw::unit(s, Source::Human, index)),
+                );
             }
             (Role::Assistant, _) => {
-                raw.extend(sentences(&m.content).map(|s| Raw::unit(s, Source::Agent, index)));
+                raw.extend(
+                    (statements(&m.content).into_iter())
+                        .map(|s| Raw::unit(s, Source::Agent, index)),
+                );
                 raw.extend(calls(m).map(|s| Raw::unit(s, Source::Call, index)));
                 for call in m.calls().iter() {
                     if let (Some(id), Some(name)) = (crate::message::call_id(call), call_name(call))
@@ -192,13 +217,8 @@ pub(super) fn collect(old: &[Message]) -> Collected {
     {
         let signal = has_signal(&text);
         let templated = source == Source::Tool && shapes[&shape(&text)] >= TEMPLATED;
-        // The part shown; identifiers past it are weighed but not covered by the unit.
-        let shown = if listed {
-            text.len()
-        } else {
-            clip_words(&text, MAX_UNIT_CHARS).len()
-        };
-        let mut ids = Vec::new();
+        let said = matches!(source, Source::Human | Source::Agent | Source::Earlier);
+        let mut spans: Vec<((usize, usize), u32)> = Vec::new();
         let mut outer: Option<(u32, usize)> = None;
         for fact in facts::extract(&text) {
             let start = fact.text.as_ptr() as usize - text.as_ptr() as usize;
@@ -223,33 +243,96 @@ pub(super) fn collect(old: &[Message]) -> Collected {
                 _ => outer = Some((id, end)),
             }
             let s = &mut seen[id as usize];
-            s.said |= matches!(source, Source::Human | Source::Agent | Source::Earlier);
+            s.said |= said;
             s.carried |= source == Source::EarlierTool;
+            s.kept |= source == Source::Earlier;
             s.signal |= signal;
             s.untemplated |= !templated;
             if s.last_message != Some(message) {
                 s.messages += 1;
                 s.last_message = Some(message);
             }
-            if end <= shown && !ids.contains(&id) {
-                ids.push(id);
-            }
+            spans.push(((start, end), id));
         }
         if listed {
             continue;
         }
-        let negation =
-            matches!(source, Source::Human | Source::Agent | Source::Earlier) && rules_out(&text);
-        let mut text = text;
-        text.truncate(shown);
-        collected.units.push(Unit {
-            text,
-            ids,
+        let unfit = match source {
+            Source::Human => asks(&text),
+            Source::Agent | Source::Earlier => text.trim_end().ends_with('?'),
+            Source::Call => true,
+            // A tool line is a finding only when it shows something wrong (an error
+            // word) that nobody stated (its identifiers said elsewhere are not its to
+            // cover, below), and never when it is log noise or not a sentence.
+            Source::Tool => {
+                !signal
+                    || templated
+                    || rules_out(&text)
+                    || looks_healthy(&text)
+                    || fragment(&text)
+                    || header(&text)
+            }
+            Source::EarlierTool => false,
+        };
+        // A list of identifiers is no finding, whoever wrote it.
+        let unfit = unfit || facts::is_list(&text);
+        let negation = said && !unfit && rules_out(&text);
+        let ranges: Vec<(usize, usize)> = spans.iter().map(|&(span, _)| span).collect();
+        // What is shown: a statement shortened by whole clauses, a tool line by words.
+        let shown = if said {
+            clauses::within(&text, &ranges, MAX_UNIT_CHARS)
+        } else {
+            let head = clip_words(&text, MAX_UNIT_CHARS);
+            clauses::Shortened {
+                text: if head.len() < text.len() {
+                    format!("{head}…")
+                } else {
+                    head.to_owned()
+                },
+                kept: vec![(0, head.len())],
+            }
+        };
+        let ids_in = |form: &clauses::Shortened| -> Vec<u32> {
+            let mut ids = Vec::new();
+            for &(span, id) in &spans {
+                if form.keeps(span) && !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            ids
+        };
+        let origin = collected.units.len();
+        let compact = (said && !unfit)
+            .then(|| clauses::compact(&text, &ranges))
+            .flatten()
+            .filter(|c| {
+                let chars = c.text.chars().count();
+                chars <= MAX_UNIT_CHARS && chars * 5 <= shown.text.chars().count() * 4
+            });
+        let unit = Unit {
+            ids: ids_in(&shown),
+            text: shown.text,
             negation,
             new: !matches!(source, Source::Earlier | Source::EarlierTool),
-            call: source == Source::Call,
+            said,
             quotes_tool: matches!(source, Source::Tool | Source::EarlierTool),
-        });
+            unfit,
+            compact: false,
+            origin,
+        };
+        if let Some(short) = compact {
+            let compact = Unit {
+                ids: ids_in(&short),
+                text: short.text,
+                compact: true,
+                negation: false,
+                ..unit.clone()
+            };
+            collected.units.push(unit);
+            collected.units.push(compact);
+        } else {
+            collected.units.push(unit);
+        }
     }
     // A tool line does not cover what the human or the agent said: that must be kept
     // where a later compaction still sees it as said (a sentence, the "Also noted"
@@ -268,6 +351,7 @@ pub(super) fn collect(old: &[Message]) -> Collected {
                 + s.messages.saturating_sub(1).min(REPEATS)
                 + u32::from(s.signal)
                 + u32::from(s.carried)
+                + KEPT * u32::from(s.kept)
         })
         .collect();
     collected
@@ -313,7 +397,11 @@ fn earlier(summary: &str, index: usize, raw: &mut Vec<Raw>, collected: &mut Coll
                 }
                 _ => Source::Earlier,
             };
-            raw.push(Raw::unit(one_line(bullet, MAX_SCAN_CHARS), source, index));
+            raw.push(Raw::unit(
+                one_line(facts::strip_marker(bullet), MAX_SCAN_CHARS),
+                source,
+                index,
+            ));
         }
     }
 }
@@ -361,28 +449,164 @@ fn shape(line: &str) -> u64 {
     hasher.finish()
 }
 
-/// Sentences, each on one line: a line of text is cut after `. `, `? ` and `! `.
-pub(super) fn sentences(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.lines()
-        .flat_map(split_sentences)
-        .map(|s| one_line(s, MAX_SCAN_CHARS))
+/// The statements of a human's or an agent's message: its sentences, each without the
+/// list marker or bold label it may start with (`- `, `1. `, `**Cause:**`).
+fn statements(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut after_question = false;
+    for sentence in sentences(text) {
+        let sentence = without_opener(facts::strip_marker(&sentence));
+        if sentence.is_empty() {
+            continue;
+        }
+        // "What about the database? It was upgraded to v15.4.2 yesterday.": the answer
+        // needs its question to say what "it" is.
+        let question = sentence.ends_with('?');
+        match out.last_mut() {
+            Some(last) if after_question && !question && starts_with_pronoun(sentence) => {
+                last.push(' ');
+                last.push_str(sentence);
+            }
+            _ => out.push(sentence.to_owned()),
+        }
+        after_question = question;
+    }
+    out
 }
 
-fn split_sentences(line: &str) -> impl Iterator<Item = &str> {
-    let mut rest = line;
-    std::iter::from_fn(move || {
-        if rest.trim().is_empty() {
-            return None;
+fn starts_with_pronoun(sentence: &str) -> bool {
+    let first = sentence.split_whitespace().next().unwrap_or_default();
+    matches!(
+        first,
+        "It" | "They" | "This" | "That" | "These" | "Those" | "He" | "She" | "Its" | "Their"
+    )
+}
+
+/// A tool line that is not a sentence a reader can take in: a JSON value or field
+/// (`"start_line": 7,`), a table row (`| a | b |`), a line of code or of a diff, the
+/// tool's own preamble (`query_logs: 500 of 61,204 matching lines`), or fewer than two
+/// words of letters.
+fn fragment(unit: &str) -> bool {
+    let (tool, line) = unit.split_once(TOOL_ARROW).unwrap_or(("", unit));
+    let line = line.trim();
+    let tool = tool.trim();
+    if line.starts_with(['"', '{', '}', '[', ']', '|', '+', '@'])
+        || line.matches('|').count() >= 2
+        || line.ends_with(['{', '}', ';', '('])
+        || line.contains(" { ")
+        || (!tool.is_empty() && line.starts_with(tool))
+    {
+        return true;
+    }
+    let words = line
+        .split_whitespace()
+        .filter(|w| w.len() >= 2 && w.chars().all(|c| c.is_alphabetic()))
+        .count();
+    words < 2
+}
+
+/// The byte ranges of the identifiers in `text`.
+pub(super) fn spans(text: &str) -> Vec<(usize, usize)> {
+    (facts::extract(text).iter())
+        .map(|fact| {
+            let start = fact.text.as_ptr() as usize - text.as_ptr() as usize;
+            (start, start + fact.text.len())
+        })
+        .collect()
+}
+
+/// The part of a sentence that rules something out: its first clause and the clauses
+/// with a negation ("The replica is not overloaded (cpu 41%, lag 0.3s)" of a sentence
+/// that goes on to what did break).
+pub(super) fn negation_part(sentence: &str) -> String {
+    let ids = spans(sentence);
+    let all = clauses::clauses(sentence, &ids);
+    let keep: Vec<bool> = (all.iter().enumerate())
+        .map(|(n, &(s, e))| n == 0 || rules_out(&sentence[s..e]))
+        .collect();
+    if keep.iter().all(|&k| k) {
+        return sentence.to_owned();
+    }
+    clauses::assemble(sentence, &all, &keep).text
+}
+
+/// Words a human's request starts with: "Check orders-db." asks for something and
+/// states nothing.
+const REQUESTS: [&str; 24] = [
+    "check",
+    "look",
+    "find",
+    "dig",
+    "investigate",
+    "pull",
+    "show",
+    "tell",
+    "give",
+    "draft",
+    "write",
+    "roll",
+    "run",
+    "try",
+    "please",
+    "go",
+    "make",
+    "open",
+    "send",
+    "compare",
+    "confirm",
+    "verify",
+    "get",
+    "set",
+];
+
+/// Whether a sentence of the human's asks rather than states: a question, or a request.
+fn asks(sentence: &str) -> bool {
+    let first = (sentence.split_whitespace().next())
+        .map(|w| w.trim_end_matches([',', ':', '.']).to_lowercase())
+        .unwrap_or_default();
+    sentence.trim_end().ends_with('?') || REQUESTS.contains(&first.as_str())
+}
+
+/// Openers that answer the last question and state nothing themselves: "Yes: the
+/// rollout ..." is the rollout.
+const OPENERS: [&str; 7] = ["yes", "no", "ok", "okay", "right", "found it", "confirmed"];
+
+/// `sentence` without an opener ([`OPENERS`]) and the `:` or `,` after it.
+fn without_opener(sentence: &str) -> &str {
+    for opener in OPENERS {
+        if let Some(head) = sentence.get(..opener.len())
+            && head.eq_ignore_ascii_case(opener)
+            && let Some(rest) = sentence[opener.len()..].strip_prefix([':', ','])
+        {
+            return rest.trim_start();
         }
-        let end = rest
-            .match_indices([' ', '\t'])
-            .find(|(at, _)| rest[..*at].ends_with(['.', '?', '!']))
-            .map_or(rest.len(), |(at, _)| at);
-        let (sentence, after) = rest.split_at(end);
-        rest = after;
-        Some(sentence)
-    })
-    .filter(|s| !s.trim().is_empty())
+    }
+    sentence
+}
+
+/// A table's header line: no digits, and most of its words are column names (in
+/// capitals, `CamelCase`, `camelCase` or `snake_case`): `NAME READY STATUS`,
+/// `EventTime EventSource ErrorCode`.
+fn header(unit: &str) -> bool {
+    let line = unit.split_once(TOOL_ARROW).map_or(unit, |(_, line)| line);
+    if line.contains(|c: char| c.is_ascii_digit()) {
+        return false;
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let names = (words.iter())
+        .filter(|w| {
+            let inner_capital = w.chars().skip(1).any(char::is_uppercase);
+            w.len() >= 2 && (inner_capital || w.contains('_'))
+        })
+        .count();
+    words.len() >= 3 && names * 5 >= words.len() * 3
+}
+
+/// Sentences, each on one line ([`facts::sentences_of`]).
+pub(super) fn sentences(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.lines()
+        .flat_map(facts::sentences_of)
+        .map(|s| one_line(s, MAX_SCAN_CHARS))
 }
 
 /// The longest prefix of `text` of whole words within `max_chars` (the start of its
@@ -432,14 +656,47 @@ const NEGATIONS: [&str; 9] = [
     "nominal",
 ];
 
-/// Whether a sentence rules something out: "not", "n't", "healthy" as words, or one of
+/// Whether a sentence rules something out: "not" or "n't" as words, "healthy" said of
+/// something ("the replica is healthy", not "a healthy renewal"), or one of
 /// [`NEGATIONS`].
 pub(super) fn rules_out(sentence: &str) -> bool {
     let lower = sentence.to_lowercase();
-    NEGATIONS.iter().any(|n| lower.contains(n))
-        || lower
-            .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-            .any(|word| word == "not" || word == "healthy" || word.ends_with("n't"))
+    if NEGATIONS.iter().any(|n| lower.contains(n)) {
+        return true;
+    }
+    let words: Vec<&str> = (lower.split(|c: char| !(c.is_alphanumeric() || c == '\'')))
+        .filter(|w| !w.is_empty())
+        .collect();
+    words.iter().enumerate().any(|(n, &word)| {
+        word == "not"
+            || word.ends_with("n't")
+            || (word == "healthy"
+                && words[n.saturating_sub(2)..n].iter().any(|w| {
+                    matches!(
+                        *w,
+                        "is" | "are"
+                            | "was"
+                            | "were"
+                            | "looks"
+                            | "look"
+                            | "seems"
+                            | "stays"
+                            | "remains"
+                            | "all"
+                            | "back"
+                    )
+                }))
+    })
+}
+
+/// Whether a tool line reports that all is well: a level of INFO or DEBUG, or OK or
+/// healthy, with no error word.
+fn looks_healthy(line: &str) -> bool {
+    if has_signal(line) {
+        return false;
+    }
+    line.split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|word| matches!(word, "INFO" | "DEBUG" | "OK" | "healthy"))
 }
 
 const SIGNALS: [&str; 14] = [
