@@ -46,11 +46,14 @@ impl RetryOutcome {
 }
 
 /// What the usage event records of the fact check (`facts_total`, `facts_kept`,
-/// `fact_retry`, `fact_retry_outcome`): the kept summary's figures.
+/// `facts_stated`, `fact_retry`, `fact_retry_outcome`): the kept summary's figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Figures {
     pub total: usize,
+    /// Identifiers the summary carries anywhere ...
     pub kept: usize,
+    /// ... and inside its statements, not in a list of identifiers.
+    pub stated: usize,
     /// `None` when no second attempt was made.
     pub retry: Option<RetryOutcome>,
 }
@@ -60,14 +63,17 @@ impl Figures {
         Self {
             total: recall.total,
             kept: recall.kept,
+            stated: recall.stated,
             retry,
         }
     }
 }
 
 /// Whether a first summary with `recall` is to be asked for again under `policy`: in
-/// `retry` mode, when it kept less than the minimum (a part with no facts has a recall
-/// of 1). Whether the summarizer can do better is the summarizer's to say.
+/// `retry` mode, when it states less than the minimum (a part with no facts has a
+/// recall of 1). An identifier a summary only lists ("Also noted: 14:01, v5.33.0") does
+/// not count: a reader cannot tell what it is about. Whether the summarizer can do
+/// better is the summarizer's to say.
 pub fn worth_retrying(policy: FactCheck, recall: &Recall) -> bool {
     policy.mode == FactCheckMode::Retry && recall.ratio() < policy.min_recall
 }
@@ -93,12 +99,12 @@ pub fn attainable(facts: &FactSet, min_recall: f64, max_chars: usize) -> bool {
 }
 
 /// The better of the first summary and a second attempt that passed the template check:
-/// the second when it keeps strictly more facts (a tie keeps the first, which was
+/// the second when it states strictly more facts (a tie keeps the first, which was
 /// written without being told what to keep). The one kept carries the token usage of
 /// both calls, since both were paid for.
 pub fn better(first: Checked, second: Checked) -> (Checked, RetryOutcome) {
     // Both were measured against the same facts, so counts compare exactly.
-    if second.recall.kept > first.recall.kept {
+    if second.recall.stated > first.recall.stated {
         (
             with_usage_of(second, &first.summary),
             RetryOutcome::Improved,
@@ -120,11 +126,13 @@ fn with_usage_of(mut kept: Checked, other: &Summary) -> Checked {
 mod tests {
     use super::*;
 
-    fn recall(total: usize, kept: usize) -> Recall {
+    /// `stated` of `total` stated, one more listed.
+    fn recall(total: usize, stated: usize) -> Recall {
         Recall {
             total,
-            kept,
-            missing: (kept..total).map(|n| format!("fact-{n}")).collect(),
+            kept: (stated + 1).min(total),
+            stated,
+            missing: (stated..total).map(|n| format!("fact-{n}")).collect(),
         }
     }
 
@@ -169,6 +177,25 @@ mod tests {
         assert!(!worth_retrying(always, &recall(10, 10)), "nothing lost");
     }
 
+    /// A summary that lists what it was asked to keep ("Also noted: ...") states none of
+    /// it: the list does not count, and the check asks again.
+    #[test]
+    fn identifiers_only_listed_are_not_kept_for_the_check() {
+        let facts = FactSet::of_text(
+            "checkout-api v5.33.0 rolled out at 14:01; orders-db hit max_connections=500 at 14:05.",
+        );
+        let listed = facts.recall(
+            "**Key findings:**\n- Also noted: checkout-api, v5.33.0, 14:01, orders-db, max_connections=500, 14:05",
+        );
+        assert_eq!((listed.kept, listed.stated), (facts.len(), 0));
+        assert!(worth_retrying(RETRY, &listed));
+        let stated = facts.recall(
+            "**Key findings:**\n- checkout-api v5.33.0 rolled out at 14:01.\n- orders-db hit max_connections=500 at 14:05.",
+        );
+        assert_eq!((stated.kept, stated.stated), (facts.len(), facts.len()));
+        assert!(!worth_retrying(RETRY, &stated));
+    }
+
     #[test]
     fn a_second_summary_that_keeps_more_facts_replaces_the_first_with_both_calls_tokens() {
         let (kept, outcome) = better(
@@ -210,7 +237,8 @@ mod tests {
             figures,
             Figures {
                 total: 12,
-                kept: 9,
+                kept: 10,
+                stated: 9,
                 retry: Some(RetryOutcome::Improved)
             }
         );

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
+use crate::facts::MissingFact;
 use crate::message::Message;
 use crate::summary::Summary;
 
@@ -90,9 +91,10 @@ pub trait Summarizer: Send + Sync {
         self.summarize(old)
     }
 
-    /// A second attempt at [`Summarizer::summarize_in_context`], told which identifiers
-    /// of `old` a first summary left out (`missing`, in order of first appearance; the
-    /// summarizer lists as many as its request has room for).
+    /// A second attempt at [`Summarizer::summarize_in_context`], told which facts of
+    /// `old` a first summary did not state (`missing`: each identifier with the statement
+    /// it was said in, in order of first appearance; the summarizer lists as many as its
+    /// request has room for).
     ///
     /// `None` when this summarizer cannot do better than it did: the default, right for
     /// a deterministic one (the extractive summarizer would answer the same).
@@ -104,7 +106,7 @@ pub trait Summarizer: Send + Sync {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
-        missing: &'a [String],
+        missing: &'a [MissingFact],
     ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
         let _ = (context, old, model, missing);
         None

@@ -204,7 +204,7 @@ async fn summarize(
     if !fact_check::worth_retrying(fact_check, &recall) {
         return Ok(text);
     }
-    let missing = recall.missing.clone();
+    let missing = facts.said_in(old, &recall.missing, crate::prompt::MAX_LISTED_FACTS);
     let Some(again) = summarizer.summarize_keeping(context, old, None, &missing) else {
         return Ok(text);
     };

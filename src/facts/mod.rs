@@ -11,7 +11,7 @@
 //! metrics, tool output and the agent's prose), biased towards precision: an ordinary
 //! English word is never a fact, so a summary is not asked to keep noise.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::message::Message;
@@ -101,15 +101,44 @@ pub fn call_arguments(call: &serde_json::Value) -> Option<String> {
 pub struct FactSet {
     facts: Vec<(Kind, String)>,
     seen: HashSet<String>,
+    /// Where each fact was first seen, by index: enough to find the statement it was
+    /// said in again ([`FactSet::said_in`]) without keeping a copy of it.
+    origins: Vec<Origin>,
+}
+
+/// A place in some messages: the message, which of its texts ([`message_texts`]: its
+/// content, then each call's arguments), the byte offset in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Origin {
+    message: u32,
+    part: u32,
+    at: u32,
+}
+
+/// An identifier a summary does not state, with the statement of the transcript it was
+/// first said in: what a second attempt is asked to keep, as a statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MissingFact {
+    pub value: String,
+    /// The sentence or line it was first seen in, shortened around it (at most
+    /// [`MissingFact::MAX_SAID_CHARS`]); empty when it cannot be found.
+    pub said: String,
+}
+
+impl MissingFact {
+    pub const MAX_SAID_CHARS: usize = 240;
+    /// An identifier longer than this is not one a summary would copy (a blob in a
+    /// dump); no statement is looked for.
+    pub const MAX_VALUE_CHARS: usize = 200;
 }
 
 impl FactSet {
     /// The facts of `messages` (an earlier summary among them included).
     pub fn of_messages(messages: &[Message]) -> Self {
         let mut set = Self::default();
-        for m in messages {
-            for text in message_texts(m) {
-                set.add_text(&text);
+        for (n, m) in messages.iter().enumerate() {
+            for (part, text) in message_texts(m).enumerate() {
+                set.add_at(&text, n, part);
             }
         }
         set
@@ -122,12 +151,68 @@ impl FactSet {
     }
 
     pub fn add_text(&mut self, text: &str) {
+        self.add_at(text, 0, 0);
+    }
+
+    fn add_at(&mut self, text: &str, message: usize, part: usize) {
         for fact in extract(text) {
             if !self.seen.contains(fact.text) {
                 self.seen.insert(fact.text.to_owned());
                 self.facts.push((fact.kind, fact.text.to_owned()));
+                let at = fact.text.as_ptr() as usize - text.as_ptr() as usize;
+                self.origins.push(Origin {
+                    message: u32::try_from(message).unwrap_or(u32::MAX),
+                    part: u32::try_from(part).unwrap_or(u32::MAX),
+                    at: u32::try_from(at).unwrap_or(u32::MAX),
+                });
             }
         }
+    }
+
+    /// Each of `missing` (identifiers of this set) with the statement of `messages`
+    /// (the ones this set was made of) it was first said in: for the first `limit` of
+    /// them no longer than [`MissingFact::MAX_VALUE_CHARS`], the ones a second attempt
+    /// can list; the rest with none, so that a log dump's 100,000 missing identifiers
+    /// cost no search. Each message's text is read once, and around each identifier
+    /// only a bounded window of it.
+    pub fn said_in(
+        &self,
+        messages: &[Message],
+        missing: &[String],
+        limit: usize,
+    ) -> Vec<MissingFact> {
+        let index: HashMap<&str, usize> = (self.facts.iter().enumerate())
+            .map(|(n, (_, text))| (text.as_str(), n))
+            .collect();
+        let mut texts: HashMap<(u32, u32), Option<String>> = HashMap::new();
+        let mut found = 0;
+        missing
+            .iter()
+            .map(|value| {
+                let wanted = found < limit && value.chars().count() <= MissingFact::MAX_VALUE_CHARS;
+                let said = wanted
+                    .then(|| index.get(value.as_str()).and_then(|&n| self.origins.get(n)))
+                    .flatten()
+                    .and_then(|o| {
+                        let text = texts.entry((o.message, o.part)).or_insert_with(|| {
+                            let m = messages.get(o.message as usize)?;
+                            message_texts(m).nth(o.part as usize)
+                        });
+                        let text = text.as_deref()?;
+                        Some(statements::around(
+                            text,
+                            o.at as usize,
+                            MissingFact::MAX_SAID_CHARS,
+                        ))
+                    })
+                    .unwrap_or_default();
+                found += usize::from(wanted);
+                MissingFact {
+                    value: value.clone(),
+                    said,
+                }
+            })
+            .collect()
     }
 
     pub fn len(&self) -> usize {
@@ -147,23 +232,49 @@ impl FactSet {
         self.facts.iter().map(|(kind, text)| (*kind, text.as_str()))
     }
 
-    /// How many of these facts `summary` carries, and which it lacks.
+    /// How many of these facts `summary` carries, how many inside its statements (not in
+    /// a list of identifiers: see [`stated_text`]), and which it does not state.
     pub fn recall(&self, summary: &str) -> Recall {
-        let in_summary = FactSet::of_text(summary);
-        let grams = Grams::of(summary);
-        let kept = |text: &str| {
-            in_summary.contains(text) || (grams.may_hold(text) && contains_word(summary, text))
-        };
-        let missing: Vec<String> = self
-            .iter()
-            .filter(|(_, text)| !kept(text))
-            .map(|(_, text)| text.to_owned())
-            .collect();
+        let carried = Carried::of(summary);
+        let stated_text = stated_text(summary);
+        let stated = Carried::of(&stated_text);
+        let mut kept = 0;
+        let mut missing = Vec::new();
+        for (_, text) in self.iter() {
+            if stated.holds(text) {
+                kept += 1;
+            } else {
+                kept += usize::from(carried.holds(text));
+                missing.push(text.to_owned());
+            }
+        }
         Recall {
             total: self.len(),
-            kept: self.len() - missing.len(),
+            kept,
+            stated: self.len() - missing.len(),
             missing,
         }
+    }
+}
+
+/// A text, ready to be asked whether it carries an identifier.
+struct Carried<'a> {
+    text: &'a str,
+    facts: FactSet,
+    grams: Grams,
+}
+
+impl<'a> Carried<'a> {
+    fn of(text: &'a str) -> Self {
+        Self {
+            text,
+            facts: FactSet::of_text(text),
+            grams: Grams::of(text),
+        }
+    }
+
+    fn holds(&self, fact: &str) -> bool {
+        self.facts.contains(fact) || (self.grams.may_hold(fact) && contains_word(self.text, fact))
     }
 }
 
@@ -205,18 +316,23 @@ impl Grams {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recall {
     pub total: usize,
+    /// The facts it carries anywhere, a list of identifiers included ...
     pub kept: usize,
-    /// The facts it lacks, in order of first appearance.
+    /// ... and those it carries inside a statement: the ones it keeps in a form a reader
+    /// can use.
+    pub stated: usize,
+    /// The facts it does not state (lacks, or only lists), in order of first appearance.
     pub missing: Vec<String>,
 }
 
 impl Recall {
-    /// `kept / total`; 1 when there was nothing to keep.
+    /// `stated / total`, what the fact check holds a summary to; 1 when there was
+    /// nothing to keep.
     pub fn ratio(&self) -> f64 {
         if self.total == 0 {
             1.0
         } else {
-            self.kept as f64 / self.total as f64
+            self.stated as f64 / self.total as f64
         }
     }
 }

@@ -90,6 +90,82 @@ fn ends_sentence(head: &str, tail: &str) -> bool {
     }
 }
 
+/// The statement of `text` around byte `at` (a sentence of its line, or the line), on
+/// one line, at most `max_chars`: shortened to the words around `at` when longer, an
+/// ellipsis where it was cut. What an identifier was said in, for a reader to see what
+/// it is about.
+pub fn around(text: &str, at: usize, max_chars: usize) -> String {
+    // A window of the text, so that a line of megabytes is not read whole.
+    let reach = max_chars * 8;
+    let mut from = at.saturating_sub(reach).min(text.len());
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    let mut to = at.saturating_add(reach).min(text.len());
+    while !text.is_char_boundary(to) {
+        to += 1;
+    }
+    let (text, at) = (&text[from..to], at.min(text.len()) - from);
+    let start = text[..at].rfind('\n').map_or(0, |n| n + 1);
+    let end = text[at..].find('\n').map_or(text.len(), |n| at + n);
+    let line = &text[start..end];
+    let offset = at - start;
+    let sentence = sentences_of(line)
+        .find(|s| {
+            let s_start = s.as_ptr() as usize - line.as_ptr() as usize;
+            s_start <= offset && offset <= s_start + s.len()
+        })
+        .unwrap_or(line);
+    let s_offset = (sentence.as_ptr() as usize - line.as_ptr() as usize).min(offset);
+    let words: Vec<(usize, &str)> = sentence
+        .split_whitespace()
+        .map(|w| (w.as_ptr() as usize - sentence.as_ptr() as usize, w))
+        .collect();
+    let chars = |w: &[(usize, &str)]| -> usize {
+        w.iter().map(|(_, w)| w.chars().count() + 1).sum::<usize>()
+    };
+    if chars(&words) <= max_chars + 1 {
+        return words.iter().map(|(_, w)| *w).collect::<Vec<_>>().join(" ");
+    }
+    // The word holding `at`, then its neighbours, one on each side in turn.
+    let local = offset - s_offset;
+    let centre = words
+        .iter()
+        .rposition(|&(start, _)| start <= local)
+        .unwrap_or(0);
+    let (mut from, mut to) = (centre, centre + 1);
+    let room = max_chars.saturating_sub(2);
+    loop {
+        let mut grew = false;
+        if to < words.len() && chars(&words[from..=to]) <= room {
+            to += 1;
+            grew = true;
+        }
+        if from > 0 && chars(&words[from - 1..to]) <= room {
+            from -= 1;
+            grew = true;
+        }
+        if !grew {
+            break;
+        }
+    }
+    let mut out = String::new();
+    if from > 0 {
+        out.push('…');
+    }
+    out.push_str(
+        &words[from..to]
+            .iter()
+            .map(|(_, w)| *w)
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    if to < words.len() {
+        out.push('…');
+    }
+    out
+}
+
 /// Whether `statement` is a list of identifiers rather than a statement: after a short
 /// label (`Also noted:`), three or more items separated by commas or semicolons, two
 /// thirds of which are bare (at most two words, or identifiers only). "Errors began at
@@ -244,6 +320,37 @@ mod tests {
         assert_eq!(strip_marker("- **Cause:** the pool"), "the pool");
         assert_eq!(strip_marker("12) the pool"), "the pool");
         assert_eq!(strip_marker("-5 degrees"), "-5 degrees");
+    }
+
+    #[test]
+    fn around_is_the_sentence_of_the_line_shortened_around_the_offset() {
+        let text = "first line\nThe pool was full. checkout-api v5.33.0 rolled out at 14:01, two minutes before the errors. Then more.\nlast";
+        let at = text.find("v5.33.0").unwrap();
+        assert_eq!(
+            around(text, at, 200),
+            "checkout-api v5.33.0 rolled out at 14:01, two minutes before the errors."
+        );
+        assert_eq!(around(text, at, 30), "checkout-api v5.33.0 rolled…");
+        let at = text.find("14:01").unwrap();
+        assert_eq!(around(text, at, 30), "…out at 14:01, two minutes…");
+        let long = format!(
+            "{} max_pool=103 {}",
+            "word ".repeat(100),
+            "tail ".repeat(100)
+        );
+        let cut = around(&long, long.find("max_pool").unwrap(), 40);
+        assert!(
+            cut.contains("max_pool=103") && cut.chars().count() <= 40,
+            "{cut}"
+        );
+        // A line of megabytes is read only around the offset.
+        let huge = format!(
+            "{}é max_pool=7 {}",
+            "x".repeat(3_000_000),
+            "é".repeat(1_000_000)
+        );
+        let cut = around(&huge, huge.find("max_pool").unwrap(), 40);
+        assert!(cut.contains("max_pool=7"), "{cut}");
     }
 
     #[test]

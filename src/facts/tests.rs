@@ -336,6 +336,7 @@ fn recall_against_a_large_part_is_exactly_what_a_search_finds() {
 
     assert_eq!(recall.missing, recall_by_search(&facts, &summary));
     assert!(recall.kept >= 600, "{} of {}", recall.kept, recall.total);
+    assert_eq!(recall.stated, recall.kept, "every line is a statement");
 }
 
 proptest! {
@@ -355,7 +356,11 @@ proptest! {
                 summary.push_str(&format!(" {id}, "));
             }
         }
-        prop_assert_eq!(facts.recall(&summary).missing, recall_by_search(&facts, &summary));
+        // Carried anywhere, and stated (outside lists): each exactly what a search finds.
+        let recall = facts.recall(&summary);
+        let lacking = recall_by_search(&facts, &summary);
+        prop_assert_eq!(recall.kept, recall.total - lacking.len());
+        prop_assert_eq!(recall.missing, recall_by_search(&facts, &stated_text(&summary)));
     }
 
     /// An identifier that appears verbatim in the input is found, whatever is around it:
@@ -456,4 +461,48 @@ fn symbols_channels_money_flags_and_registry_paths() {
         "aws:TokenIssueTime",
     );
     finds_nothing("Postgres and HTTP and Kubernetes are fine");
+}
+
+/// A missing identifier comes back with the sentence it was first said in, from content
+/// or a call's arguments; past the limit (a dump's thousands), with none, at no cost.
+#[test]
+fn a_missing_fact_is_given_with_the_statement_it_was_said_in() {
+    let dump: String = (0..50_000).map(|n| format!("req-{n:06}x ok\n")).collect();
+    let mut call = Message::text(crate::message::Role::Assistant, "");
+    call.tool_calls = Some(serde_json::json!([{"id": "c1", "name": "logs",
+        "arguments": {"service": "checkout-api", "since": "13:55"}}]));
+    let messages = vec![
+        Message::text(
+            crate::message::Role::Assistant,
+            "The pool was full. checkout-api v5.33.0 rolled out at 14:01, two minutes before the errors.",
+        ),
+        call,
+        Message::text(crate::message::Role::Tool, &dump),
+    ];
+    let facts = FactSet::of_messages(&messages);
+    let missing: Vec<String> = facts.iter().map(|(_, t)| t.to_owned()).collect();
+    assert!(missing.len() > 50_000);
+
+    let listed = facts.said_in(&messages, &missing, 200);
+
+    assert_eq!(listed.len(), missing.len());
+    let said = |value: &str| {
+        listed
+            .iter()
+            .find(|f| f.value == value)
+            .unwrap()
+            .said
+            .clone()
+    };
+    assert_eq!(
+        said("v5.33.0"),
+        "checkout-api v5.33.0 rolled out at 14:01, two minutes before the errors."
+    );
+    assert!(
+        said("13:55").contains("\"since\":\"13:55\""),
+        "{}",
+        said("13:55")
+    );
+    assert!(said("req-000010x").starts_with("req-000010x ok"));
+    assert_eq!(listed.iter().filter(|f| !f.said.is_empty()).count(), 200);
 }

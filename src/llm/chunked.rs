@@ -31,6 +31,7 @@ use super::chat::{Chat, ChatRequest};
 use super::chunks;
 use super::tokens;
 use crate::config::LlmSettings;
+use crate::facts::MissingFact;
 use crate::message::Message;
 use crate::prompt::{MissingFacts, Prompt, Transcript};
 use crate::summarizer::{LlmError, Summarizer};
@@ -244,7 +245,7 @@ impl Summarizer for LlmSummarizer {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
-        missing: &'a [String],
+        missing: &'a [MissingFact],
     ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
         let missing = MissingFacts::of(missing, self.max_input_tokens);
         Some(

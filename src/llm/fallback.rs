@@ -11,6 +11,7 @@ use std::sync::Arc;
 use futures_util::future::{BoxFuture, FutureExt};
 
 use crate::extractive::Extractive;
+use crate::facts::MissingFact;
 use crate::message::Message;
 use crate::metrics::Metrics;
 use crate::summarizer::{LlmError, Summarizer};
@@ -88,7 +89,7 @@ impl Summarizer for Fallback {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
-        missing: &'a [String],
+        missing: &'a [MissingFact],
     ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
         self.llm.summarize_keeping(context, old, model, missing)
     }
@@ -175,16 +176,20 @@ mod tests {
             _context: &'a [Message],
             _old: &'a [Message],
             _model: Option<&'a str>,
-            missing: &'a [String],
+            missing: &'a [MissingFact],
         ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
-            let error = LlmError::Invalid(format!("asked to keep {}", missing.join(", ")));
+            let values: Vec<&str> = missing.iter().map(|f| f.value.as_str()).collect();
+            let error = LlmError::Invalid(format!("asked to keep {}", values.join(", ")));
             Some(futures_util::future::ready(Err(error)).boxed())
         }
     }
 
     #[tokio::test]
     async fn a_second_attempt_is_the_llms_own_and_does_not_fall_back() {
-        let missing = ["orders-db".to_owned()];
+        let missing = [MissingFact {
+            value: "orders-db".to_owned(),
+            said: "orders-db is at max_connections".to_owned(),
+        }];
         let over_llm = Fallback::new(Box::new(FailsAgain), Arc::new(Metrics::default()), 6_000);
 
         let again = over_llm

@@ -309,6 +309,7 @@ impl NewSummary<'_> {
         if let Some(facts) = &self.facts {
             metadata["facts_total"] = json!(facts.total);
             metadata["facts_kept"] = json!(facts.kept);
+            metadata["facts_stated"] = json!(facts.stated);
             metadata["fact_retry"] = json!(facts.retry.is_some());
             if let Some(outcome) = facts.retry {
                 metadata["fact_retry_outcome"] = json!(outcome.as_str());
@@ -597,6 +598,10 @@ pub struct Stats {
     /// tokens. `None` before the first such summarization (and with
     /// `SUMMARY_FACT_CHECK=off`, which records no figures).
     pub mean_fact_recall: Option<f64>,
+    /// The same of the identifiers the summary states (`facts_stated / facts_total`: in
+    /// a sentence or bullet, not a list of identifiers). `None` before the first
+    /// summarization that recorded it.
+    pub mean_statement_recall: Option<f64>,
     /// Compactions in force that were written from a pending summary
     /// (`SUMMARIZATION_PRECOMPUTE_AT`) ...
     pub total_precomputed: i64,
@@ -626,6 +631,7 @@ pub(super) struct StatsRow {
     prompt_tokens: i64,
     completion_tokens: i64,
     mean_fact_recall: Option<f64>,
+    mean_statement_recall: Option<f64>,
     total_precomputed: i64,
     last_summarization_at: Option<String>,
 }
@@ -654,6 +660,7 @@ pub(super) fn report(
             failures_by_reason,
             last_summarization_at: totals.last_summarization_at,
             mean_fact_recall: totals.mean_fact_recall,
+            mean_statement_recall: totals.mean_statement_recall,
             total_precomputed: totals.total_precomputed,
             precomputed_share: share(totals.total_precomputed),
         },
@@ -705,6 +712,12 @@ impl fmt::Display for StatsReport {
                 "mean_fact_recall",
                 stats
                     .mean_fact_recall
+                    .map_or_else(|| "-".to_owned(), |v| format!("{v:.3}")),
+            ),
+            (
+                "mean_statement_recall",
+                stats
+                    .mean_statement_recall
                     .map_or_else(|| "-".to_owned(), |v| format!("{v:.3}")),
             ),
             ("total_precomputed", stats.total_precomputed.to_string()),

@@ -1,7 +1,8 @@
 //! The fact check as the worker runs it (`SUMMARY_FACT_CHECK`): the old part's
-//! identifiers are extracted while the summarizer works, the summary's recall of them is
-//! measured, and in `retry` mode an LLM summary below `SUMMARY_MIN_FACT_RECALL` is asked
-//! for once more with the missing identifiers listed. The decisions are
+//! identifiers are extracted while the summarizer works, how many of them the summary
+//! states (inside a statement, not a list) is measured, and in `retry` mode an LLM
+//! summary below `SUMMARY_MIN_FACT_RECALL` is asked for once more with each fact it did
+//! not state listed beside the sentence it was said in. The decisions are
 //! [`crate::fact_check`]'s; this is the asking, the timing and the logging.
 //!
 //! Nothing here fails a compaction: a second attempt that errs, runs out of time or is
@@ -116,26 +117,31 @@ impl Worker {
         if Instant::now() >= retry_by {
             // A request that could only be cut short would be paid for and thrown away.
             tracing::warn!(
-                "[{rid}] summarizer: the summary kept {} of {} identifiers, but no time is \
+                "[{rid}] summarizer: the summary stated {} of {} identifiers, but no time is \
                  left to ask once more; keeping it",
-                first.recall.kept,
+                first.recall.stated,
                 first.recall.total
             );
             return (first, None);
         }
+        let missing = facts.said_in(
+            &plan.old,
+            &first.recall.missing,
+            crate::prompt::MAX_LISTED_FACTS,
+        );
         let Some(again) = self.summarizer.summarize_keeping(
             &plan.context,
             &plan.old,
             plan.model.as_deref(),
-            &first.recall.missing,
+            &missing,
         ) else {
             return (first, None);
         };
         let total = first.recall.total;
         tracing::info!(
-            "[{rid}] summarizer: the summary kept {} of {total} identifiers, below \
+            "[{rid}] summarizer: the summary stated {} of {total} identifiers, below \
              SUMMARY_MIN_FACT_RECALL ({}); asking once more",
-            first.recall.kept,
+            first.recall.stated,
             self.policy.fact_check.min_recall
         );
         let started = Instant::now();
@@ -168,10 +174,10 @@ impl Worker {
         self.metrics.fact_retried(outcome);
         if outcome != RetryOutcome::Failed {
             tracing::info!(
-                "[{rid}] summarizer: second attempt {}: writing the summary that keeps {} of \
+                "[{rid}] summarizer: second attempt {}: writing the summary that states {} of \
                  {total} identifiers",
                 outcome.as_str().replace('_', " "),
-                kept.recall.kept
+                kept.recall.stated
             );
         }
         (kept, Some(outcome))

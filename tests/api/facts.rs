@@ -23,8 +23,9 @@ use crate::helpers::{SUMMARY, Stored, TestApp, completion};
 
 pub const RETRY: (&str, &str) = ("SUMMARY_FACT_CHECK", "retry");
 
-/// The header a second attempt's list of missing identifiers starts with.
-pub const LISTED: &str = " identifiers a first summary left out]\n";
+/// The header a second attempt's list of the facts a first summary did not state
+/// starts with.
+pub const LISTED: &str = " facts a first summary did not state]\n";
 
 /// A summary in the template that keeps almost nothing of the test histories.
 pub const VAGUE: &str = "**Investigating:** an outage\n**Key findings:**\n- things were slow\n**Ruled out:** nothing ruled out yet\n**Current state:** looking into it";
@@ -94,13 +95,24 @@ pub fn transcript(request: &Request) -> String {
 
 /// The identifiers a second attempt lists, in order; none in a first attempt.
 pub fn listed(request: &Request) -> Vec<String> {
+    listed_with_statements(request)
+        .into_iter()
+        .map(|(value, _)| value)
+        .collect()
+}
+
+/// The facts a second attempt lists: each identifier and the statement it was said in.
+pub fn listed_with_statements(request: &Request) -> Vec<(String, String)> {
     let user = user_message(request);
     let Some((_, list)) = user.split_once(LISTED) else {
         return Vec::new();
     };
     list.lines()
         .filter_map(|l| l.strip_prefix("- "))
-        .map(str::to_owned)
+        .map(|l| match l.split_once(" | ") {
+            Some((value, said)) => (value.to_owned(), said.to_owned()),
+            None => (l.to_owned(), String::new()),
+        })
         .collect()
 }
 
@@ -152,16 +164,21 @@ pub async fn written_summary(app: &TestApp, session: &str) -> String {
     messages[0].content.clone().unwrap()
 }
 
-/// `(facts_total, facts_kept)` of a usage event's metadata.
-pub fn figures(metadata: &Value) -> (Option<u64>, Option<u64>) {
+/// `(facts_total, facts_kept, facts_stated)` of a usage event's metadata.
+pub fn figures(metadata: &Value) -> (Option<u64>, Option<u64>, Option<u64>) {
     (
         metadata["facts_total"].as_u64(),
         metadata["facts_kept"].as_u64(),
+        metadata["facts_stated"].as_u64(),
     )
 }
 
-pub fn recorded(recall: &Recall) -> (Option<u64>, Option<u64>) {
-    (Some(recall.total as u64), Some(recall.kept as u64))
+pub fn recorded(recall: &Recall) -> (Option<u64>, Option<u64>, Option<u64>) {
+    (
+        Some(recall.total as u64),
+        Some(recall.kept as u64),
+        Some(recall.stated as u64),
+    )
 }
 
 pub async fn metrics(app: &TestApp) -> String {

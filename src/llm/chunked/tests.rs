@@ -1,6 +1,7 @@
 use std::sync::Mutex;
 
 use super::*;
+use crate::facts::MissingFact;
 use crate::message::Role;
 use crate::prompt;
 
@@ -232,8 +233,13 @@ fn unmarked(text: &str) -> String {
     out
 }
 
-fn missing() -> Vec<String> {
-    vec!["orders-db".to_owned(), "14:01:07".to_owned()]
+fn missing() -> Vec<MissingFact> {
+    ["orders-db", "14:01:07"]
+        .map(|value| MissingFact {
+            value: value.to_owned(),
+            said: format!("we saw {value}"),
+        })
+        .to_vec()
 }
 
 #[tokio::test]
@@ -270,11 +276,11 @@ async fn a_second_attempt_lists_the_missing_identifiers_after_the_transcript() {
         unmarked(&prompt::transcript(&old))
     );
     assert!(
-        appendix.contains(" identifiers a first summary left out]"),
+        appendix.contains(" facts a first summary did not state]"),
         "{appendix}"
     );
     assert!(
-        appendix.contains("\n- orders-db\n- 14:01:07\n"),
+        appendix.contains("\n- orders-db | we saw orders-db\n- 14:01:07 | we saw 14:01:07\n"),
         "{appendix}"
     );
 }
@@ -294,7 +300,7 @@ async fn in_chunks_only_the_last_request_lists_them_and_every_request_fits() {
     assert!(requests.len() > 5, "{}", requests.len());
     let listing: Vec<bool> = requests
         .iter()
-        .map(|r| r.user.contains("\n- orders-db\n- 14:01:07\n"))
+        .map(|r| r.user.contains("\n- orders-db | we saw orders-db\n"))
         .collect();
     let last = listing.len() - 1;
     assert_eq!(listing, (0..=last).map(|i| i == last).collect::<Vec<_>>());
@@ -305,8 +311,11 @@ async fn in_chunks_only_the_last_request_lists_them_and_every_request_fits() {
 async fn a_long_list_of_missing_identifiers_is_cut_to_leave_a_small_budget_its_room() {
     let (fake, requests) = Fake::new(2_000);
     let old = history(60, 600);
-    let missing: Vec<String> = (0..200)
-        .map(|n| format!("checkout-api-7d9f8c-{n:04}.prod.eu-west-1.internal"))
+    let missing: Vec<MissingFact> = (0..200)
+        .map(|n| MissingFact {
+            value: format!("checkout-api-7d9f8c-{n:04}.prod.eu-west-1.internal"),
+            said: String::new(),
+        })
         .collect();
 
     summarizer(fake, 2_000)
@@ -317,7 +326,10 @@ async fn a_long_list_of_missing_identifiers_is_cut_to_leave_a_small_budget_its_r
 
     let requests = requests.lock().unwrap();
     let last = &requests.last().unwrap().user;
-    assert!(last.contains(&format!("\n- {}\n", missing[0])), "{last}");
+    assert!(
+        last.contains(&format!("\n- {}\n", missing[0].value)),
+        "{last}"
+    );
     assert!(last.contains(" more not listed"), "{last}");
     assert!(requests.iter().all(|r| size(r) <= 2_000));
 }

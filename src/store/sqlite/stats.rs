@@ -32,6 +32,7 @@ impl SqliteStore {
         let totals: StatsRow = sqlx::query_as(
             "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
                     total_tokens_compacted, prompt_tokens, completion_tokens, mean_fact_recall,
+                    mean_statement_recall,
                     total_precomputed,
                     coalesce(strftime($1, last_summarization_at), last_summarization_at)
                         AS last_summarization_at

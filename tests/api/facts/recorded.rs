@@ -39,6 +39,7 @@ async fn record_measures_with_one_request_and_off_records_nothing() {
             for key in [
                 "facts_total",
                 "facts_kept",
+                "facts_stated",
                 "fact_retry",
                 "fact_retry_outcome",
             ] {
@@ -46,6 +47,7 @@ async fn record_measures_with_one_request_and_off_records_nothing() {
             }
             let stats = app.stats().await;
             assert_eq!(stats["summary"]["mean_fact_recall"], Value::Null);
+            assert_eq!(stats["summary"]["mean_statement_recall"], Value::Null);
         }
     }
 }
@@ -162,25 +164,33 @@ async fn stats_and_the_cli_report_the_mean_recall_of_the_summaries_that_had_fact
     assert_eq!(app.turn_starting("a").await.status, Status::Compacted);
     assert_eq!(app.turn_starting("b").await.status, Status::Compacted);
     let mut recalls = Vec::new();
+    let mut stated = Vec::new();
     for session in ["a", "b"] {
         let metadata = &app.usage_events(session).await[0].4;
-        let (total, kept) = figures(metadata);
+        let (total, kept, said) = figures(metadata);
         recalls.push(kept.unwrap() as f64 / total.unwrap() as f64);
+        stated.push(said.unwrap() as f64 / total.unwrap() as f64);
     }
     assert_ne!(recalls[0], recalls[1], "two different recalls: {recalls:?}");
+    assert_ne!(
+        stated[0], stated[1],
+        "two different statement recalls: {stated:?}"
+    );
     // Events the mean leaves out: a part with no facts, a worker with the check off, a
     // malformed figure (which must not fail the insert either).
     app.db
         .query(
             "INSERT INTO usage_events (session_id, model, metadata) VALUES
-                 ('x', 'm', '{\"summarization\": true, \"facts_total\": 0, \"facts_kept\": 0}'),
+                 ('x', 'm', '{\"summarization\": true, \"facts_total\": 0, \"facts_kept\": 0, \"facts_stated\": 0}'),
                  ('x', 'm', '{\"summarization\": true}'),
-                 ('x', 'm', '{\"summarization\": true, \"facts_total\": \"many\", \"facts_kept\": 1}')",
+                 ('x', 'm', '{\"summarization\": true, \"facts_total\": \"many\", \"facts_kept\": 1, \"facts_stated\": 1}'),
+                 ('x', 'm', '{\"summarization\": true, \"facts_total\": 4, \"facts_stated\": \"all\"}')",
         )
         .execute()
         .await
         .unwrap();
     let mean = (recalls[0] + recalls[1]) / 2.0;
+    let stated_mean = (stated[0] + stated[1]) / 2.0;
 
     let stats = app.stats().await;
     let cli = summarizer_cli(&app.database_url, &["stats", "--json"]);
@@ -188,6 +198,11 @@ async fn stats_and_the_cli_report_the_mean_recall_of_the_summaries_that_had_fact
 
     let reported = stats["summary"]["mean_fact_recall"].as_f64().unwrap();
     assert!((reported - mean).abs() < 1e-9, "{reported} vs {mean}");
+    let reported_stated = stats["summary"]["mean_statement_recall"].as_f64().unwrap();
+    assert!(
+        (reported_stated - stated_mean).abs() < 1e-9,
+        "{reported_stated} vs {stated_mean}"
+    );
     assert!(
         cli.status.success(),
         "{}",
@@ -198,13 +213,18 @@ async fn stats_and_the_cli_report_the_mean_recall_of_the_summaries_that_had_fact
         cli["summary"]["mean_fact_recall"],
         stats["summary"]["mean_fact_recall"]
     );
-    assert_eq!(stats["summary"]["total_summarizations"], 5);
+    assert_eq!(stats["summary"]["total_summarizations"], 6);
     let table = String::from_utf8_lossy(&table.stdout);
     let row = table
         .lines()
         .find(|l| l.starts_with("mean_fact_recall"))
         .unwrap_or_else(|| panic!("no mean_fact_recall row in\n{table}"));
     assert!(row.ends_with(&format!("{mean:.3}")), "{row}");
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("mean_statement_recall"))
+        .unwrap_or_else(|| panic!("no mean_statement_recall row in\n{table}"));
+    assert!(row.ends_with(&format!("{stated_mean:.3}")), "{row}");
 
     // A restore takes the compaction out of the totals, not its summary's recall.
     let restored = summarizer_cli(&app.database_url, &["restore", "a"]);
@@ -214,9 +234,13 @@ async fn stats_and_the_cli_report_the_mean_recall_of_the_summaries_that_had_fact
         String::from_utf8_lossy(&restored.stderr)
     );
     let stats = app.stats().await;
-    assert_eq!(stats["summary"]["total_summarizations"], 4);
+    assert_eq!(stats["summary"]["total_summarizations"], 5);
     assert_eq!(
         stats["summary"]["mean_fact_recall"].as_f64(),
         Some(reported)
+    );
+    assert_eq!(
+        stats["summary"]["mean_statement_recall"].as_f64(),
+        Some(reported_stated)
     );
 }

@@ -11,6 +11,56 @@ use wiremock::{Mock, Request, ResponseTemplate};
 use super::*;
 use crate::helpers::{SUMMARY, completion, spawn_app_with};
 
+/// A summary that only lists the identifiers ("Also noted: ...") states none of them:
+/// it is asked for again, and the second request gives each fact with the sentence it
+/// was said in, so that the model can say what each one is about.
+#[tokio::test]
+async fn a_summary_that_only_lists_identifiers_is_asked_again_with_each_facts_statement() {
+    let app = spawn_app_with(&[RETRY]).await;
+    app.append_turns("s", 5).await;
+    let facts = {
+        // The facts the first summary will list: every identifier of the removed part.
+        let old: Vec<_> = app.messages("s").await.into_iter().map(message).collect();
+        FactSet::of_messages(&old)
+    };
+    let all: Vec<&str> = facts.iter().map(|(_, text)| text).collect();
+    let listing = format!(
+        "**Investigating:** a slow service\n**Key findings:**\n- Also noted: {}\n**Ruled out:** DNS\n**Current state:** checking the database",
+        all.join(", ")
+    );
+    llm_answers_then(&app, completion(&listing), Obliging).await;
+
+    let reply = app.turn_starting("s").await;
+
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    let requests = app.llm.received_requests().await.unwrap();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the list does not pass as keeping the facts"
+    );
+    let first = removed_facts(&app, "s").await.recall(&listing);
+    assert_eq!(first.kept, first.total, "every identifier listed");
+    assert_eq!(first.stated, 0, "and none stated");
+    let listed = listed_with_statements(&requests[1]);
+    assert_eq!(
+        listed.iter().map(|(v, _)| v.clone()).collect::<Vec<_>>(),
+        first.missing
+    );
+    let (_, said) = listed
+        .iter()
+        .find(|(value, _)| value == "14:03:01")
+        .expect("the third turn's log time is listed");
+    assert!(
+        said.starts_with("14:03:01 ERROR checkout-api pool exhausted"),
+        "the line it was said in: {said}"
+    );
+    let metadata = &app.usage_events("s").await[0].4;
+    assert_eq!(metadata["fact_retry_outcome"], "improved");
+    let (_, _, stated) = figures(metadata);
+    assert!(stated.unwrap() > 0, "{metadata}");
+}
+
 #[tokio::test]
 async fn a_summary_that_drops_identifiers_is_asked_for_once_more_and_the_better_one_written() {
     let app = spawn_app_with(&[RETRY]).await;
