@@ -129,10 +129,19 @@ fn summarize(old: &[Message], max_chars: usize) -> Result<Summary, LlmError> {
     let mut chosen = findings(&collected, &drawn, &mut covered, findings_room);
     let units = &collected.units;
     chosen.sort_unstable_by_key(|&u| units[u].origin);
+    let left = findings_room.saturating_sub(
+        (chosen.iter())
+            .map(|&u| units[u].chars() + cover::OVERHEAD)
+            .sum::<usize>(),
+    );
+    let earlier = earlier_values(&collected, &chosen, &covered, left);
     let mut findings = String::new();
     for &u in &chosen {
         findings.push_str("- ");
         findings.push_str(&units[u].text);
+        if let Some(values) = earlier.get(&u) {
+            findings.push_str(&format!(" (earlier {})", values.join(", ")));
+        }
         findings.push('\n');
     }
     if findings.is_empty() {
@@ -238,6 +247,50 @@ fn findings(
         cover::OVERHEAD,
     ));
     chosen
+}
+
+/// The earlier values of the settings the chosen findings state, where no finding says
+/// them: a later value supersedes an earlier one of the same key, and both are said in
+/// one statement ("... capped at max_pool=283 (earlier max_pool=103)") rather than the
+/// earlier one lost or given a bullet of its own. By chosen unit, the values to add,
+/// oldest first, within `room` characters.
+fn earlier_values(
+    collected: &Collected,
+    chosen: &[usize],
+    covered: &[bool],
+    room: usize,
+) -> std::collections::HashMap<usize, Vec<String>> {
+    let units = &collected.units;
+    let mut latest: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for &u in chosen {
+        for &id in &units[u].ids {
+            if let Some(key) = collected.keys[id as usize].as_deref() {
+                latest.insert(key, u);
+            }
+        }
+    }
+    let mut out: std::collections::HashMap<usize, Vec<String>> = std::collections::HashMap::new();
+    let mut used = 0;
+    for unit in units.iter().filter(|u| u.said && !u.compact) {
+        for &id in &unit.ids {
+            let id = id as usize;
+            let Some(&later) = collected.keys[id].as_deref().and_then(|k| latest.get(k)) else {
+                continue;
+            };
+            let value = &collected.ids[id];
+            let said = out.get(&later).is_some_and(|v| v.contains(value));
+            if covered[id] || said || unit.origin >= units[later].origin {
+                continue;
+            }
+            let cost = value.chars().count() + if out.contains_key(&later) { 2 } else { 11 };
+            if used + cost > room {
+                continue;
+            }
+            used += cost;
+            out.entry(later).or_default().push(value.clone());
+        }
+    }
+    out
 }
 
 /// The sentences that rule something out, newest first while they fit in `room`,

@@ -546,3 +546,32 @@ mod properties {
         }
     }
 }
+
+/// A later value of a setting supersedes an earlier one: when the earlier statement does
+/// not fit, its value is said with the later one rather than lost.
+#[test]
+fn a_later_value_of_a_setting_is_said_with_the_earlier_one() {
+    let earlier = earlier_summary(
+        "**Investigating:** slow payments\n**Key findings:**\n- The pool of pgbouncer-1 at 10.0.4.17:6432, shared by payments-api and ledger-api, was capped at max_pool=103 when the errors began at 14:02.\n**Ruled out:** nothing ruled out yet\n**Current state:** looking",
+    );
+    let old = vec![
+        earlier,
+        msg(
+            Role::User,
+            "We raised it: pgbouncer-1 now runs with max_pool=283 since 15:10.",
+        ),
+        msg(Role::Assistant, "Rechecking the waits."),
+        msg(Role::Tool, &"12:00:01 INFO pool ok\n".repeat(30)),
+        msg(Role::Assistant, "Waits are gone."),
+    ];
+    let text = summarize(&old, 6_000).unwrap().text;
+    // Both fit: each is said where it was.
+    assert!(text.contains("capped at max_pool=103 when"), "{text}");
+    assert!(!text.contains("(earlier"), "{text}");
+
+    let text = summarize(&old, 300).unwrap().text;
+    assert!(
+        text.contains("pgbouncer-1 now runs with max_pool=283 since 15:10. (earlier max_pool=103)"),
+        "{text}"
+    );
+}

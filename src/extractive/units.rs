@@ -139,6 +139,8 @@ pub(super) struct Collected {
     pub parts: Parts,
     /// By id, whether the human or the agent wrote it (or an earlier summary said so).
     pub said: Vec<bool>,
+    /// By id, for a setting with its value (`max_pool=103`, `maxReplicas: 30`), its key.
+    pub keys: Vec<Option<String>>,
     /// The earlier summary's "Investigating" line.
     pub earlier_investigating: Option<String>,
     /// The earlier summary's "Current state" line.
@@ -229,6 +231,7 @@ pub(super) fn collect(old: &[Message]) -> Collected {
                     let id = u32::try_from(collected.ids.len()).unwrap_or(u32::MAX);
                     collected.ids.push(fact.text.to_owned());
                     collected.parts.push(Vec::new());
+                    collected.keys.push(setting_key(fact));
                     seen.push(Seen::default());
                     *e.insert(id)
                 }
@@ -503,6 +506,16 @@ fn fragment(unit: &str) -> bool {
         .filter(|w| w.len() >= 2 && w.chars().all(|c| c.is_alphabetic()))
         .count();
     words < 2
+}
+
+/// A setting's key (`max_pool` of `max_pool=103`), lower-cased; `None` for another
+/// kind of identifier.
+fn setting_key(fact: facts::Fact<'_>) -> Option<String> {
+    if fact.kind != facts::Kind::Setting {
+        return None;
+    }
+    let key = fact.text.split(['=', ':']).next()?.trim();
+    (!key.is_empty()).then(|| key.to_lowercase())
 }
 
 /// The byte ranges of the identifiers in `text`.
