@@ -91,12 +91,10 @@ impl Application {
             concurrency: settings.concurrency,
             precompute: settings.precompute,
         };
-        let worker = Arc::new(Worker::new(
-            store.clone(),
-            summarizer,
-            policy,
-            metrics.clone(),
-        ));
+        let worker = Arc::new(
+            Worker::new(store.clone(), summarizer, policy, metrics.clone())
+                .with_tool_outputs(settings.tool_outputs.clone()),
+        );
         let http = match settings.http_addr {
             Some(addr) => Some(
                 TcpListener::bind(addr)

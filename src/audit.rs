@@ -75,6 +75,13 @@ const INVARIANTS: &[Invariant] = &[
         remedy: None,
     },
     Invariant {
+        name: "cleared_without_original",
+        description: "a tool result a compaction cleared (cleared_by) has no original in \
+                      that compaction's archive, and the archive was not pruned",
+        query: Query::ClearedWithoutOriginal,
+        remedy: None,
+    },
+    Invariant {
         name: "summary_without_compaction",
         description: "a history holds a summary but its session has no compaction",
         query: Query::SummaryWithoutCompaction,

@@ -58,8 +58,8 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         compactions: i64,
         /// Set one of the session's settings: enabled=true|false, threshold_chars=N,
-        /// keep_chars=N, model=NAME. Repeatable; checked as a whole, nothing is written
-        /// when one is wrong.
+        /// keep_chars=N, model=NAME, tool_output_clearing=on|off, tool_output_keep=N.
+        /// Repeatable; checked as a whole, nothing is written when one is wrong.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
         /// Make a setting inherit the configuration again (applied before --set).
@@ -350,6 +350,7 @@ async fn change_session(
         &session,
         Overrides::default(),
     );
+    let clearing = overrides::clearing(&settings.tool_outputs, &session, Overrides::default());
     let printed = serde_json::json!({
         "session_id": session_id,
         "settings": session,
@@ -358,6 +359,8 @@ async fn change_session(
             "threshold_chars": limits.threshold_chars,
             "keep_chars": limits.keep_chars,
             "model": session.model.as_deref().unwrap_or(&settings.llm.model),
+            "tool_output_clearing": clearing.is_some(),
+            "tool_output_keep": clearing.unwrap_or(settings.tool_outputs.keep),
         },
     });
     println!("{}", serde_json::to_string_pretty(&printed)?);

@@ -168,6 +168,7 @@ fn the_pure_core_imports_no_edge() {
         "facts",
         "prompt",
         "planner",
+        "clearing",
         "summarizer",
     ] {
         let imports = &graph[core];

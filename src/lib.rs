@@ -17,8 +17,9 @@
 //!   every summary passes; [`facts`]: the identifiers a summary must keep, and its recall
 //!   of them; [`prompt`]: what an LLM is asked.
 //! - [`config`]: typed settings from the environment, `.env` and a file, validated once.
-//! - [`planner`]: which oldest messages a compaction replaces; [`overrides`]: the limits
-//!   one event runs with (request, then session, then configuration, clamped).
+//! - [`planner`]: which oldest messages a compaction replaces; [`clearing`]: which old
+//!   tool results it clears first; [`overrides`]: the limits one event runs with
+//!   (request, then session, then configuration, clamped).
 //! - [`fact_check`]: what is done about a summary that lost facts.
 //! - [`summarizer`]: the interface every summarizer implements; [`extractive`]: the
 //!   offline one, which needs no key.
@@ -48,6 +49,7 @@
 
 pub mod app;
 pub mod audit;
+pub mod clearing;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -61,6 +61,9 @@ pub struct Metrics {
     llm_retries: Counter,
     llm_failures: Family<CauseLabels, Counter>,
     chars_compacted: Counter,
+    clearings: Counter,
+    tool_outputs_cleared: Counter,
+    chars_cleared: Counter,
     fact_recall: Histogram,
     fact_retries: Family<OutcomeLabels, Counter>,
     precomputes_started: Counter,
@@ -94,6 +97,9 @@ impl Metrics {
         let llm_retries = Counter::default();
         let llm_failures = Family::<CauseLabels, Counter>::default();
         let chars_compacted = Counter::default();
+        let clearings = Counter::default();
+        let tool_outputs_cleared = Counter::default();
+        let chars_cleared = Counter::default();
         let fact_recall = Histogram::new(RECALL_BUCKETS);
         let fact_retries = Family::<OutcomeLabels, Counter>::default();
         let precomputes_started = Counter::default();
@@ -140,6 +146,21 @@ impl Metrics {
             "chars_compacted",
             "Characters removed from histories by compactions",
             chars_compacted.clone(),
+        );
+        r.register(
+            "clearings",
+            "Compactions that cleared old tool output (TOOL_OUTPUT_CLEARING), with or without a summary",
+            clearings.clone(),
+        );
+        r.register(
+            "tool_outputs_cleared",
+            "Tool results whose content a compaction replaced with a placeholder",
+            tool_outputs_cleared.clone(),
+        );
+        r.register(
+            "chars_cleared",
+            "Characters saved by clearing tool output",
+            chars_cleared.clone(),
         );
         r.register(
             "fact_recall",
@@ -224,6 +245,9 @@ impl Metrics {
             llm_retries,
             llm_failures,
             chars_compacted,
+            clearings,
+            tool_outputs_cleared,
+            chars_cleared,
             fact_recall,
             fact_retries,
             precomputes_started,
@@ -303,6 +327,13 @@ impl Metrics {
         self.precomputes_finished
             .get_or_create(&OutcomeLabels { outcome })
             .inc();
+    }
+
+    /// A compaction cleared `outputs` tool results, saving `chars`.
+    pub fn cleared(&self, outputs: usize, chars: i64) {
+        self.clearings.inc();
+        self.tool_outputs_cleared.inc_by(outputs as u64);
+        self.chars_cleared.inc_by(u64::try_from(chars).unwrap_or(0));
     }
 
     pub fn precompute_used(&self) {

@@ -1,15 +1,16 @@
 //! Per-session and per-request settings: the limits one event runs with, and an
 //! operator's edits of a session's settings (`summarizer session <id> --set`).
 //!
-//! Precedence, value by value: the request's (`threshold_chars`, `keep_chars`), then the
-//! session's (`session_settings`), then the configured ones. A value a request or a
+//! Precedence, value by value: the request's (`threshold_chars`, `keep_chars`,
+//! `tool_output_clearing`), then the session's (`session_settings`), then the configured
+//! ones. A value a request or a
 //! session gives is clamped to the configured [`Bounds`]; the configured limits are the
 //! operator's and are taken as they are. Plain functions over plain data, so every rule
 //! is tested without a database.
 
 use serde::Serialize;
 
-use crate::config::{Bounds, Limits};
+use crate::config::{Bounds, Limits, ToolOutputs};
 
 pub use summarizer_client::protocol::Overrides;
 
@@ -24,6 +25,10 @@ pub struct SessionSettings {
     pub keep_chars: Option<i64>,
     /// The model to summarize this session with.
     pub model: Option<String>,
+    /// Whether its compactions clear old tool output first (`TOOL_OUTPUT_CLEARING`) ...
+    pub tool_output_clearing: Option<bool>,
+    /// ... and how many of the newest tool results they never clear (`TOOL_OUTPUT_KEEP`).
+    pub tool_output_keep: Option<i64>,
 }
 
 impl SessionSettings {
@@ -50,6 +55,8 @@ impl SessionSettings {
                 Change::Unset(Key::ThresholdChars) => next.threshold_chars = None,
                 Change::Unset(Key::KeepChars) => next.keep_chars = None,
                 Change::Unset(Key::Model) => next.model = None,
+                Change::Unset(Key::ToolOutputClearing) => next.tool_output_clearing = None,
+                Change::Unset(Key::ToolOutputKeep) => next.tool_output_keep = None,
             }
         }
         next.check_keep(configured)?;
@@ -72,6 +79,25 @@ impl SessionSettings {
                 ));
             }
             Key::Model => self.model = Some(value.to_owned()),
+            Key::ToolOutputClearing => {
+                self.tool_output_clearing = Some(match value.to_ascii_lowercase().as_str() {
+                    "on" | "true" => true,
+                    "off" | "false" => false,
+                    _ => {
+                        return Err(InvalidSetting(format!(
+                            "tool_output_clearing must be on or off, got {value:?}"
+                        )));
+                    }
+                });
+            }
+            Key::ToolOutputKeep => match value.parse::<i64>() {
+                Ok(n) if n >= 0 => self.tool_output_keep = Some(n),
+                _ => {
+                    return Err(InvalidSetting(format!(
+                        "tool_output_keep must be an integer, 0 or more, got {value:?}"
+                    )));
+                }
+            },
         }
         Ok(())
     }
@@ -113,14 +139,18 @@ pub enum Key {
     ThresholdChars,
     KeepChars,
     Model,
+    ToolOutputClearing,
+    ToolOutputKeep,
 }
 
 impl Key {
-    const ALL: [Key; 4] = [
+    const ALL: [Key; 6] = [
         Key::Enabled,
         Key::ThresholdChars,
         Key::KeepChars,
         Key::Model,
+        Key::ToolOutputClearing,
+        Key::ToolOutputKeep,
     ];
 
     pub fn name(self) -> &'static str {
@@ -129,6 +159,8 @@ impl Key {
             Key::ThresholdChars => "threshold_chars",
             Key::KeepChars => "keep_chars",
             Key::Model => "model",
+            Key::ToolOutputClearing => "tool_output_clearing",
+            Key::ToolOutputKeep => "tool_output_keep",
         }
     }
 
@@ -214,6 +246,25 @@ pub fn limits(
         threshold_chars: threshold,
         keep_chars: keep,
     }
+}
+
+/// How many of the newest tool results a compaction of this event keeps when it clears
+/// old tool output first; `None` when it does not clear. Whether it clears is the
+/// request's `tool_output_clearing`, else the session's, else `TOOL_OUTPUT_CLEARING`;
+/// the keep is the session's `tool_output_keep`, else `TOOL_OUTPUT_KEEP`.
+pub fn clearing(
+    configured: &ToolOutputs,
+    session: &SessionSettings,
+    request: Overrides,
+) -> Option<usize> {
+    let on = (request.tool_output_clearing)
+        .or(session.tool_output_clearing)
+        .unwrap_or(configured.clearing);
+    on.then(|| {
+        (session.tool_output_keep)
+            .and_then(|keep| usize::try_from(keep).ok())
+            .unwrap_or(configured.keep)
+    })
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::config::{Bounds, FactCheck, Limits, Precompute};
+use crate::clearing;
+use crate::config::{Bounds, FactCheck, Limits, Precompute, ToolOutputs};
 use crate::fact_check::Figures;
 use crate::llm::tokens;
 use crate::message::{Message, Role, char_count};
@@ -31,7 +32,8 @@ use crate::outcome::{Compaction, Outcome, Reason};
 use crate::overrides::{self, Overrides};
 use crate::planner;
 use crate::store::{
-    Applied, CommitError, CounterReader, Counters, Loaded, NewSummary, SharedStore, StoreError,
+    Applied, ClearedRow, CommitError, CounterReader, Counters, Loaded, NewSummary, SharedStore,
+    StoreError,
 };
 use crate::summarizer::Summarizer;
 use crate::summary;
@@ -104,6 +106,9 @@ struct Job {
     limits: Limits,
     /// `session_settings.model`, when the session has one.
     model: Option<String>,
+    /// When the compaction clears old tool output first: the newest results it keeps
+    /// (`TOOL_OUTPUT_KEEP`, or the session's). `None`: it does not clear.
+    clearing: Option<usize>,
 }
 
 pub use summarizer_client::new_request_id;
@@ -146,6 +151,8 @@ pub struct Worker {
     compacting: AtomicUsize,
     /// The sessions this worker is precomputing, at most `PRECOMPUTE_CONCURRENCY`.
     precomputing: Mutex<HashSet<String>>,
+    /// `TOOL_OUTPUT_*`: clearing old tool output before a summary.
+    tool_outputs: ToolOutputs,
 }
 
 impl Worker {
@@ -169,7 +176,15 @@ impl Worker {
             abandon: CancellationToken::new(),
             compacting: AtomicUsize::new(0),
             precomputing: Mutex::new(HashSet::new()),
+            tool_outputs: ToolOutputs::default(),
         }
+    }
+
+    /// With clearing of old tool output configured as `tool_outputs` (off by default).
+    #[must_use]
+    pub fn with_tool_outputs(mut self, tool_outputs: ToolOutputs) -> Self {
+        self.tool_outputs = tool_outputs;
+        self
     }
 
     pub fn id(&self) -> &str {
@@ -258,10 +273,13 @@ impl Worker {
             &counters.settings,
             event.overrides,
         );
+        let clearing = overrides::clearing(&self.tool_outputs, &counters.settings, event.overrides);
         let below = counters.total_chars <= limits.threshold_chars;
         let skip = if below {
             Some(Reason::BelowThreshold)
-        } else if counters.human_turns < 2 {
+        } else if counters.human_turns < 2 && clearing.is_none() {
+            // A clearing needs no human turn: one long first turn of tool output is
+            // where it helps most.
             Some(Reason::TooFewTurns)
         } else if counters.backing_off {
             Some(Reason::BackingOff)
@@ -273,8 +291,12 @@ impl Worker {
         let job = Job {
             limits,
             model: counters.settings.model.clone(),
+            clearing,
         };
+        // A session whose compactions clear first is not precomputed: its next
+        // compaction may need no summary at all.
         if below
+            && clearing.is_none()
             && self
                 .policy
                 .precompute
@@ -290,6 +312,7 @@ impl Worker {
             return (Done(Outcome::Skipped(reason)), checked);
         }
         if self.policy.precompute.enabled()
+            && job.clearing.is_none()
             && let Some(outcome) = self.apply_pending(event, &job).await
         {
             return (outcome, checked);
@@ -345,6 +368,9 @@ impl Worker {
                     chars_removed,
                     messages_kept,
                     summary_chars,
+                    summarized: true,
+                    tool_outputs_cleared: 0,
+                    chars_cleared: 0,
                 })))
             }
             Err(e) => Some(Decided::Done(store_failure(
@@ -516,10 +542,32 @@ impl Worker {
     ) -> Outcome {
         let started = Instant::now();
         let rid = &event.request_id;
-        let plan = match plan_with_tokens(loaded, job).await {
+        let rules = job.clearing.map(|keep| clearing::Rules {
+            keep,
+            min_chars: self.tool_outputs.min_chars,
+            exclude: self.tool_outputs.exclude.clone(),
+        });
+        let plan = match plan_with_tokens(loaded, job, rules).await {
             Ok(plan) => plan,
             Err(outcome) => return outcome,
         };
+        if !plan.cleared.is_empty() {
+            tracing::info!(
+                "[{rid}] summarizer: session={} chars, clearing {} tool outputs ({} chars){}",
+                plan.session_chars,
+                plan.cleared.len(),
+                plan.cleared.iter().map(|c| c.saved).sum::<i64>(),
+                if plan.summarized {
+                    ""
+                } else {
+                    ", no summary needed"
+                }
+            );
+        }
+        if !plan.summarized {
+            let new = plan.clearing_only(event, owner, started);
+            return self.commit(event, &new, 0, started).await;
+        }
         tracing::info!(
             "[{rid}] summarizer: session={} chars, removing {} msgs ({} chars), keeping {} msgs",
             plan.session_chars,
@@ -630,17 +678,32 @@ impl Worker {
             self.metrics
                 .fact_recall(facts.kept as f64 / facts.total as f64);
         }
+        let chars_cleared = new.chars_cleared();
+        if !new.cleared.is_empty() {
+            self.metrics.cleared(new.cleared.len(), chars_cleared);
+        }
         let summary_chars = char_count(new.text);
-        tracing::info!(
-            "[{rid}] summarizer done: -{chars_removed} chars, summary {summary_chars} chars, {}ms",
-            started.elapsed().as_millis()
-        );
+        if new.summarized {
+            tracing::info!(
+                "[{rid}] summarizer done: -{chars_removed} chars, summary {summary_chars} chars, {}ms",
+                started.elapsed().as_millis()
+            );
+        } else {
+            tracing::info!(
+                "[{rid}] summarizer done: -{chars_cleared} chars cleared from {} tool outputs, no summary, {}ms",
+                new.cleared.len(),
+                started.elapsed().as_millis()
+            );
+        }
         Outcome::Compacted(Compaction {
             compaction_id,
             messages_removed: new.removed_seqs.len() as i64,
             chars_removed,
             messages_kept: new.messages_kept,
             summary_chars,
+            summarized: new.summarized,
+            tool_outputs_cleared: new.cleared.len() as i64,
+            chars_cleared,
         })
     }
 }
@@ -707,6 +770,8 @@ impl Written {
             request_id: &event.request_id,
             job_id: event.job_id.as_deref(),
             duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            summarized: true,
+            cleared: &plan.cleared,
         }
     }
 }
@@ -731,7 +796,50 @@ struct Plan {
     tokens_removed: i64,
     /// The model the session asks to be summarized with (`session_settings.model`).
     model: Option<String>,
+    /// The tool results cleared in place (docs/compaction.md, "Clearing old tool output").
+    cleared: Vec<ClearedRow>,
+    /// `false`: the clearing is the whole compaction; nothing else is removed and no
+    /// summary written.
+    summarized: bool,
 }
+
+impl Plan {
+    /// The commit's record of a clearing alone, for `event` under the lease `owner`.
+    fn clearing_only<'a>(
+        &'a self,
+        event: &'a Event,
+        owner: &'a str,
+        started: Instant,
+    ) -> NewSummary<'a> {
+        NewSummary {
+            session_id: &event.session_id,
+            lease_owner: owner,
+            cut_seq: self.cut_seq,
+            removed_seqs: &[],
+            removed_chars: &[],
+            removed_fingerprints: &[],
+            text: "",
+            model: CLEARING_MODEL,
+            requested_model: None,
+            prompt_tokens: None,
+            completion_tokens: None,
+            prompt_version: None,
+            fallback_reason: None,
+            messages_kept: self.messages_kept,
+            tokens_removed: 0,
+            summary_tokens: 0,
+            facts: None,
+            request_id: &event.request_id,
+            job_id: event.job_id.as_deref(),
+            duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            summarized: false,
+            cleared: &self.cleared,
+        }
+    }
+}
+
+/// The usage event's `model` for a clearing alone, which asked no model.
+pub const CLEARING_MODEL: &str = "tool-output-clearing";
 
 /// Histories larger than this are planned on the blocking pool. Planning counts the
 /// removed part's tokens, at some tens of MB/s: 64 KiB take about a millisecond, which
@@ -740,10 +848,14 @@ struct Plan {
 const PLAN_OFF_THREAD_CHARS: i64 = 64 * 1024;
 
 /// [`plan_off_thread`] with the tokenizer loaded (it counts what is removed), for `job`'s
-/// limits and model.
-async fn plan_with_tokens(loaded: Loaded, job: Job) -> Result<Plan, Outcome> {
+/// limits and model, clearing old tool output first under `clearing` when given.
+async fn plan_with_tokens(
+    loaded: Loaded,
+    job: Job,
+    clearing: Option<clearing::Rules>,
+) -> Result<Plan, Outcome> {
     tokens::ensure_loaded().await;
-    let plan = plan_off_thread(loaded, job.limits).await?;
+    let plan = plan_off_thread(loaded, job.limits, clearing).await?;
     Ok(Plan {
         model: job.model,
         ..plan
@@ -752,12 +864,16 @@ async fn plan_with_tokens(loaded: Loaded, job: Job) -> Result<Plan, Outcome> {
 
 /// [`plan`], on the blocking pool for a large history.
 /// `Err` is the outcome to answer: the skip reason, or a failure.
-async fn plan_off_thread(loaded: Loaded, limits: Limits) -> Result<Plan, Outcome> {
+async fn plan_off_thread(
+    loaded: Loaded,
+    limits: Limits,
+    clearing: Option<clearing::Rules>,
+) -> Result<Plan, Outcome> {
     let chars: i64 = loaded.messages.iter().map(|m| m.chars).sum();
     let planned = if chars <= PLAN_OFF_THREAD_CHARS {
-        plan(loaded, limits)
+        plan(loaded, limits, clearing.as_ref())
     } else {
-        match tokio::task::spawn_blocking(move || plan(loaded, limits)).await {
+        match tokio::task::spawn_blocking(move || plan(loaded, limits, clearing.as_ref())).await {
             Ok(planned) => planned,
             // The compaction's task catches the panic (see `Worker::compact_in_task`).
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -774,22 +890,141 @@ async fn plan_off_thread(loaded: Loaded, limits: Limits) -> Result<Plan, Outcome
 }
 
 /// Plans the compaction of the loaded history and moves the old part out of it.
-fn plan(loaded: Loaded, limits: Limits) -> Result<Plan, Reason> {
+///
+/// With `clearing`, old tool results are cleared first ([`clearing::plan`], down to the
+/// keep). When that brings the session to its threshold or below, the clearing is the
+/// whole compaction; when it does not, the summary's split is planned on the history as
+/// cleared (the summarizer reads the placeholders, not the outputs), and the results
+/// cleared in the kept part are cleared in place. A clearing is written even when no
+/// summary can be planned after it (no safe boundary, say): it still makes room.
+fn plan(
+    loaded: Loaded,
+    limits: Limits,
+    clearing: Option<&clearing::Rules>,
+) -> Result<Plan, Reason> {
     let Loaded {
-        messages,
+        mut messages,
         fingerprints,
+        cleared,
     } = loaded;
-    let split = planner::plan(&messages, limits)?;
-    let (removed_seqs, removed_chars) = split.removed(&messages).map(|m| (m.seq, m.chars)).unzip();
+    let session_chars: i64 = messages.iter().map(|m| m.chars).sum();
+    let clearing = match clearing {
+        Some(rules) if session_chars > limits.threshold_chars => {
+            clearing::plan(&messages, &cleared, rules, limits.keep_chars)
+        }
+        _ => clearing::Clearing::default(),
+    };
+    if clearing.is_empty() {
+        let split = planner::plan(&messages, limits)?;
+        return Ok(summary_plan(
+            split,
+            messages,
+            &fingerprints,
+            Cleared::default(),
+        ));
+    }
+    // The rows as stored (the commit compares their chars), then the history as the
+    // clearing leaves it, the originals kept aside for the removed part's tokens.
+    let stored_chars: Vec<i64> = messages.iter().map(|m| m.chars).collect();
+    let mut rows = Vec::with_capacity(clearing.cleared.len());
+    let mut originals = Vec::with_capacity(clearing.cleared.len());
+    for c in &clearing.cleared {
+        let m = &mut messages[c.index];
+        rows.push(ClearedRow {
+            seq: m.seq,
+            chars: m.chars,
+            fingerprint: fingerprints.get(c.index).cloned().unwrap_or_default(),
+            placeholder: c.placeholder.clone(),
+            saved: c.saved,
+        });
+        originals.push((
+            c.index,
+            std::mem::replace(&mut m.content, c.placeholder.clone()),
+        ));
+        m.chars -= c.saved;
+    }
+    let split = match planner::plan(&messages, limits) {
+        Ok(split) if session_chars - clearing.saved() > limits.threshold_chars => split,
+        // At the threshold or below once cleared, or no summary to plan: the clearing
+        // is the compaction.
+        _ => {
+            return Ok(Plan {
+                old: Vec::new().into(),
+                context: Vec::new(),
+                session_chars,
+                chars_removed: 0,
+                messages_kept: messages.len() as i64,
+                cut_seq: i64::MIN,
+                removed_seqs: Vec::new(),
+                removed_chars: Vec::new(),
+                removed_fingerprints: Vec::new(),
+                tokens_removed: 0,
+                model: None,
+                cleared: rows,
+                summarized: false,
+            });
+        }
+    };
+    // A result in the old part goes with it (archived whole, as removed: a tool result
+    // is never a system message, so it is removed exactly when it is before the cut);
+    // one in the kept part is cleared in place.
+    let (removed_originals, _): (Vec<_>, Vec<_>) =
+        originals.into_iter().partition(|(i, _)| *i < split.cut);
+    let in_place = rows
+        .into_iter()
+        .zip(&clearing.cleared)
+        .filter(|(_, c)| c.index >= split.cut)
+        .map(|(row, _)| row)
+        .collect();
+    let cleared = Cleared {
+        in_place,
+        stored_chars: Some(&stored_chars),
+        removed_originals,
+    };
+    let mut plan = summary_plan(split, messages, &fingerprints, cleared);
+    plan.session_chars = session_chars;
+    Ok(plan)
+}
+
+/// What a clearing changed of a history the summary's split was planned on.
+#[derive(Default)]
+struct Cleared<'a> {
+    /// The results cleared in place, in the kept part.
+    in_place: Vec<ClearedRow>,
+    /// Every row's chars as stored, when some were cleared.
+    stored_chars: Option<&'a [i64]>,
+    /// The original content of the cleared results the old part removes, by index.
+    removed_originals: Vec<(usize, String)>,
+}
+
+/// The summary's plan for `split` of `messages` (as cleared, when `cleared` says so).
+fn summary_plan(
+    split: planner::Split,
+    messages: Vec<Message>,
+    fingerprints: &[String],
+    cleared: Cleared<'_>,
+) -> Plan {
+    let removed_seqs = split.removed(&messages).map(|m| m.seq).collect();
+    let removed_chars: Vec<i64> = match cleared.stored_chars {
+        Some(stored) => split.removed.iter().map(|&i| stored[i]).collect(),
+        None => split.removed(&messages).map(|m| m.chars).collect(),
+    };
     let removed_fingerprints = (split.removed.iter())
         .filter_map(|&i| fingerprints.get(i).cloned())
         .collect();
-    let tokens_removed = removed_tokens(split.removed(&messages));
-    Ok(Plan {
+    // What leaves the context is the cleared results' own text, not their placeholders.
+    let tokens_removed = removed_tokens(split.removed(&messages))
+        + (cleared.removed_originals.iter())
+            .map(|(i, original)| {
+                i64::try_from(tokens::count(original)).unwrap_or(i64::MAX)
+                    - i64::try_from(tokens::count(&messages[*i].content)).unwrap_or(0)
+            })
+            .sum::<i64>();
+    Plan {
         tokens_removed,
         removed_fingerprints,
         session_chars: messages.iter().map(|m| m.chars).sum(),
-        chars_removed: split.chars_removed(&messages),
+        chars_removed: removed_chars.iter().sum(),
         messages_kept: split.messages_kept(&messages) as i64,
         cut_seq: messages[split.cut].seq,
         context: (messages[..split.cut].iter())
@@ -800,7 +1035,9 @@ fn plan(loaded: Loaded, limits: Limits) -> Result<Plan, Reason> {
         removed_chars,
         old: take_removed(messages, &split.removed).into(),
         model: None,
-    })
+        cleared: cleared.in_place,
+        summarized: true,
+    }
 }
 
 /// The tokens of the removed messages' content and tool calls: what `chars` measures

@@ -31,7 +31,7 @@ use std::time::Duration;
 pub use secret::{REDACTED, Secret, redact_url, url_credentials, url_secrets};
 pub use sections::{
     Bounds, FactCheck, FactCheckMode, FallbackMode, Jobs, Limits, LlmSettings, NatsAuth,
-    Precompute, Provider, Transport,
+    Precompute, Provider, ToolOutputs, Transport,
 };
 pub use table::{Kind, SETTINGS, Setting};
 
@@ -105,6 +105,9 @@ pub struct Settings {
     pub fact_check: FactCheck,
     /// `SUMMARIZATION_PRECOMPUTE_AT`, `PRECOMPUTE_CONCURRENCY`, `PRECOMPUTE_TTL_MS`.
     pub precompute: Precompute,
+    /// `TOOL_OUTPUT_CLEARING`, `TOOL_OUTPUT_KEEP`, `TOOL_OUTPUT_MIN_CHARS`,
+    /// `TOOL_OUTPUT_EXCLUDE`.
+    pub tool_outputs: ToolOutputs,
     /// How long a session lease lasts before another worker may take it over.
     pub lease_duration: Duration,
     /// After an LLM failure a session waits this long before it is summarized again,
@@ -145,6 +148,7 @@ impl Settings {
             (LlmSettings::read(&raw)?, FactCheck::read(&raw)?),
             (Fleet::read(&raw)?, Precompute::read(&raw)?),
         );
+        settings.tool_outputs = ToolOutputs::read(&raw)?;
         settings.check_rules()?;
         settings.deprecated = raw.deprecated().to_vec();
         Ok(settings)
@@ -175,6 +179,7 @@ impl Settings {
             llm,
             fact_check,
             precompute,
+            tool_outputs: ToolOutputs::default(),
             lease_duration: fleet.lease_duration,
             failure_backoff: fleet.failure_backoff,
             failure_backoff_max: fleet.failure_backoff_max,

@@ -455,7 +455,79 @@ impl Precompute {
     }
 }
 
-/// `TRANSPORT`: where events come from.
+/// Clearing old tool output before a summary (`TOOL_OUTPUT_*`; see `crate::clearing`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolOutputs {
+    /// `TOOL_OUTPUT_CLEARING`: whether a compaction clears first, unless the session or
+    /// the request says otherwise.
+    pub clearing: bool,
+    /// The newest this many tool results are never cleared.
+    pub keep: usize,
+    /// Results of fewer chars are never cleared.
+    pub min_chars: i64,
+    /// Tools whose results are never cleared, by the name of the call they answer.
+    pub exclude: Vec<String>,
+}
+
+impl Default for ToolOutputs {
+    /// The defaults of the settings table: off.
+    fn default() -> Self {
+        Self {
+            clearing: false,
+            keep: 3,
+            min_chars: 1000,
+            exclude: Vec::new(),
+        }
+    }
+}
+
+impl ToolOutputs {
+    pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        let clearing = match raw
+            .text(&TOOL_OUTPUT_CLEARING)?
+            .to_ascii_lowercase()
+            .as_str()
+        {
+            "off" => false,
+            "on" => true,
+            other => {
+                return Err(ConfigError::invalid(
+                    TOOL_OUTPUT_CLEARING.name,
+                    format!("must be off or on, got {other:?}"),
+                ));
+            }
+        };
+        let keep: i64 = raw.parse(&TOOL_OUTPUT_KEEP)?;
+        let keep = usize::try_from(keep).map_err(|_| {
+            ConfigError::invalid(
+                TOOL_OUTPUT_KEEP.name,
+                format!("must be 0 or more, got {keep}"),
+            )
+        })?;
+        let min_chars: i64 = raw.parse(&TOOL_OUTPUT_MIN_CHARS)?;
+        if min_chars < 0 {
+            return Err(ConfigError::invalid(
+                TOOL_OUTPUT_MIN_CHARS.name,
+                format!("must be 0 or more, got {min_chars}"),
+            ));
+        }
+        // Names as written, spaces around them dropped; a name no tool has excludes
+        // nothing, which is not an error (tools come and go with the agent's code).
+        let exclude = (raw.text(&TOOL_OUTPUT_EXCLUDE)?.split(','))
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect();
+        Ok(Self {
+            clearing,
+            keep,
+            min_chars,
+            exclude,
+        })
+    }
+}
+
+/// `TRANSPORT`: where events come from./// `TRANSPORT`: where events come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
     /// Core NATS request/reply on `NATS_SUBJECT` (the seed's behaviour).

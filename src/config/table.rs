@@ -393,6 +393,34 @@ pub const PRECOMPUTE_TTL_MS: Setting = setting(
     Plain,
     |s| ms(s.precompute.ttl),
 );
+pub const TOOL_OUTPUT_CLEARING: Setting = setting(
+    "TOOL_OUTPUT_CLEARING",
+    "off",
+    "off or on: clear old tool results (placeholder in place, original archived) before summarizing, with no LLM call when that is enough",
+    Plain,
+    |s| if s.tool_outputs.clearing { "on" } else { "off" }.to_owned(),
+);
+pub const TOOL_OUTPUT_KEEP: Setting = setting(
+    "TOOL_OUTPUT_KEEP",
+    "3",
+    "the newest this many tool results are never cleared (0 or more)",
+    Plain,
+    |s| s.tool_outputs.keep.to_string(),
+);
+pub const TOOL_OUTPUT_MIN_CHARS: Setting = setting(
+    "TOOL_OUTPUT_MIN_CHARS",
+    "1000",
+    "tool results shorter than this many chars are never cleared (0 or more)",
+    Plain,
+    |s| s.tool_outputs.min_chars.to_string(),
+);
+pub const TOOL_OUTPUT_EXCLUDE: Setting = setting(
+    "TOOL_OUTPUT_EXCLUDE",
+    "",
+    "comma-separated tool names whose results are never cleared",
+    Plain,
+    |s| s.tool_outputs.exclude.join(","),
+);
 pub const LEASE_DURATION_MS: Setting = setting(
     "LEASE_DURATION_MS",
     "120000",
@@ -482,6 +510,10 @@ pub const SETTINGS: &[Setting] = &[
     SUMMARIZATION_PRECOMPUTE_AT,
     PRECOMPUTE_CONCURRENCY,
     PRECOMPUTE_TTL_MS,
+    TOOL_OUTPUT_CLEARING,
+    TOOL_OUTPUT_KEEP,
+    TOOL_OUTPUT_MIN_CHARS,
+    TOOL_OUTPUT_EXCLUDE,
     LEASE_DURATION_MS,
     FAILURE_BACKOFF_MS,
     FAILURE_BACKOFF_MAX_MS,

@@ -543,3 +543,43 @@ fn precompute_at_is_off_by_default_and_a_fraction_below_one() {
     let err = load(&[("PRECOMPUTE_CONCURRENCY", "0")]).unwrap_err();
     assert_eq!(setting_of(err), "PRECOMPUTE_CONCURRENCY");
 }
+
+#[test]
+fn tool_output_clearing_is_off_by_default_and_its_settings_are_checked() {
+    let s = load(&[]).unwrap();
+    assert_eq!(s.tool_outputs, crate::config::ToolOutputs::default());
+    assert!(!s.tool_outputs.clearing);
+
+    let s = load(&[
+        ("TOOL_OUTPUT_CLEARING", "ON"),
+        ("TOOL_OUTPUT_KEEP", "0"),
+        ("TOOL_OUTPUT_MIN_CHARS", "0"),
+        (
+            "TOOL_OUTPUT_EXCLUDE",
+            " read_runbook ,, get_logs ,no_such_tool",
+        ),
+    ])
+    .unwrap();
+    assert!(s.tool_outputs.clearing);
+    assert_eq!((s.tool_outputs.keep, s.tool_outputs.min_chars), (0, 0));
+    // Spaces around names go; an empty name is no name; an unknown one excludes nothing.
+    assert_eq!(
+        s.tool_outputs.exclude,
+        ["read_runbook", "get_logs", "no_such_tool"]
+    );
+    assert!(
+        s.redacted()
+            .contains("tool_output_exclude=read_runbook,get_logs,no_such_tool")
+    );
+
+    for (setting, value) in [
+        ("TOOL_OUTPUT_CLEARING", "yes"),
+        ("TOOL_OUTPUT_CLEARING", "true"),
+        ("TOOL_OUTPUT_KEEP", "-1"),
+        ("TOOL_OUTPUT_KEEP", "three"),
+        ("TOOL_OUTPUT_MIN_CHARS", "-5"),
+    ] {
+        let err = load(&[(setting, value)]).expect_err(value);
+        assert_eq!(setting_of(err), setting, "{setting}={value}");
+    }
+}

@@ -17,6 +17,7 @@ fn request(threshold_chars: Option<i64>, keep_chars: Option<i64>) -> Overrides {
     Overrides {
         threshold_chars,
         keep_chars,
+        ..Overrides::default()
     }
 }
 
@@ -189,6 +190,8 @@ fn edits_apply_in_order_and_unset_inherits() {
                 change("enabled=false"),
                 Change::unset("model").unwrap(),
                 change("model=gpt-b"),
+                change("tool_output_clearing=ON"),
+                change("tool_output_keep=0"),
             ],
             CONFIGURED,
         )
@@ -200,6 +203,8 @@ fn edits_apply_in_order_and_unset_inherits() {
             threshold_chars: Some(9000),
             keep_chars: Some(3000),
             model: Some("gpt-b".into()),
+            tool_output_clearing: Some(true),
+            tool_output_keep: Some(0),
         }
     );
     assert!(next.disabled());
@@ -218,7 +223,7 @@ fn bad_edits_say_what_is_wrong() {
             .0
     };
     assert!(Change::set("colour=blue").unwrap_err().0.contains(
-        "unknown setting \"colour\"; known: enabled, threshold_chars, keep_chars, model"
+        "unknown setting \"colour\"; known: enabled, threshold_chars, keep_chars, model, tool_output_clearing, tool_output_keep"
     ));
     assert!(
         Change::set("keep_chars")
@@ -233,6 +238,16 @@ fn bad_edits_say_what_is_wrong() {
     assert!(err(&[change("keep_chars=1.5")]).contains("keep_chars must be a positive integer"));
     assert!(err(&[change("enabled=yes")]).contains("enabled must be true or false"));
     assert!(err(&[change("model=")]).contains("model must not be empty"));
+    assert!(
+        err(&[change("tool_output_clearing=1")]).contains("tool_output_clearing must be on or off")
+    );
+    for bad in ["-1", "x", "2.5"] {
+        assert!(
+            err(&[change(&format!("tool_output_keep={bad}"))])
+                .contains("tool_output_keep must be an integer, 0 or more"),
+            "{bad}"
+        );
+    }
     assert_eq!(
         err(&[change("threshold_chars=2000"), change("keep_chars=2000")]),
         "keep_chars (2000) must be smaller than threshold_chars (2000)"
@@ -241,4 +256,33 @@ fn bad_edits_say_what_is_wrong() {
         err(&[change("keep_chars=60000")]),
         "keep_chars (60000) must be smaller than the configured SUMMARIZATION_THRESHOLD_CHARS (60000)"
     );
+}
+
+#[test]
+fn clearing_is_the_requests_then_the_sessions_then_the_configured_choice() {
+    let off = ToolOutputs::default();
+    let on = ToolOutputs {
+        clearing: true,
+        ..ToolOutputs::default()
+    };
+    let plain = SessionSettings::default();
+    let ask = |clear: Option<bool>| Overrides {
+        tool_output_clearing: clear,
+        ..Overrides::default()
+    };
+    assert_eq!(clearing(&off, &plain, ask(None)), None);
+    assert_eq!(clearing(&on, &plain, ask(None)), Some(3));
+    let session_on = SessionSettings {
+        tool_output_clearing: Some(true),
+        tool_output_keep: Some(7),
+        ..SessionSettings::default()
+    };
+    assert_eq!(clearing(&off, &session_on, ask(None)), Some(7));
+    assert_eq!(clearing(&off, &session_on, ask(Some(false))), None);
+    let session_off = SessionSettings {
+        tool_output_clearing: Some(false),
+        ..SessionSettings::default()
+    };
+    assert_eq!(clearing(&on, &session_off, ask(None)), None);
+    assert_eq!(clearing(&on, &session_off, ask(Some(true))), Some(3));
 }

@@ -36,8 +36,8 @@ pub mod sqlite;
 
 pub use batch::CounterReader;
 pub use model::{
-    Applied, CommitError, Committed, CompactionView, CountedAt, CounterDrift, Counters, Day,
-    DeadLetter, Discard, Finding, Invariant, Loaded, NewDeadLetter, NewSummary, Pruned,
+    Applied, ClearedRow, CommitError, Committed, CompactionView, CountedAt, CounterDrift, Counters,
+    Day, DeadLetter, Discard, Finding, Invariant, Loaded, NewDeadLetter, NewSummary, Pruned,
     RestoreError, Restored, Saved, SessionCounts, SessionView, SettingsError, Stats, StatsReport,
     StoreError, Totals, is_unreachable,
 };

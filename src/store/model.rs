@@ -149,6 +149,8 @@ pub(super) struct SettingsRow {
     settings_threshold_chars: Option<i64>,
     settings_keep_chars: Option<i64>,
     settings_model: Option<String>,
+    settings_tool_output_clearing: Option<bool>,
+    settings_tool_output_keep: Option<i64>,
 }
 
 impl From<SettingsRow> for SessionSettings {
@@ -158,6 +160,8 @@ impl From<SettingsRow> for SessionSettings {
             threshold_chars: row.settings_threshold_chars,
             keep_chars: row.settings_keep_chars,
             model: row.settings_model,
+            tool_output_clearing: row.settings_tool_output_clearing,
+            tool_output_keep: row.settings_tool_output_keep,
         }
     }
 }
@@ -198,6 +202,7 @@ pub(super) struct LoadedRow {
     #[sqlx(flatten)]
     message: MessageRow,
     fingerprint: String,
+    cleared: bool,
 }
 
 impl Loaded {
@@ -206,10 +211,12 @@ impl Loaded {
         let mut loaded = Self {
             messages: Vec::with_capacity(rows.len()),
             fingerprints: Vec::with_capacity(rows.len()),
+            cleared: Vec::with_capacity(rows.len()),
         };
         for row in rows {
             loaded.messages.push(row.message.try_into()?);
             loaded.fingerprints.push(row.fingerprint);
+            loaded.cleared.push(row.cleared);
         }
         Ok(loaded)
     }
@@ -223,6 +230,9 @@ pub struct Loaded {
     /// Each message's fingerprint as the database computed it at load, in the same order:
     /// what the commit compares the rows it deletes with.
     pub fingerprints: Vec<String>,
+    /// Whether each message is a tool result a compaction cleared (`cleared_by` set),
+    /// in the same order.
+    pub cleared: Vec<bool>,
 }
 
 impl Loaded {
@@ -276,6 +286,25 @@ pub struct NewSummary<'a> {
     pub job_id: Option<&'a str>,
     /// Time since the lease was taken, for the duration histogram.
     pub duration_ms: i64,
+    /// `false` for a clearing alone: no prefix is removed (`removed_*` empty) and no
+    /// summary written (`text` empty).
+    pub summarized: bool,
+    /// The tool results cleared in place, in `seq` order (docs/compaction.md, "Clearing
+    /// old tool output").
+    pub cleared: &'a [ClearedRow],
+}
+
+/// A tool result a compaction clears in place: its row as it was loaded (the commit
+/// checks it is unchanged) and the placeholder that replaces its content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClearedRow {
+    pub seq: i64,
+    pub chars: i64,
+    /// [`Loaded::fingerprints`]'s.
+    pub fingerprint: String,
+    pub placeholder: String,
+    /// Its chars less the placeholder's.
+    pub saved: i64,
 }
 
 /// A compaction written by [`Store::commit`](crate::store::Store::commit).
@@ -340,7 +369,17 @@ impl NewSummary<'_> {
         if let Some(job_id) = self.job_id {
             metadata["job_id"] = json!(job_id);
         }
+        metadata["summarized"] = json!(self.summarized);
+        if !self.cleared.is_empty() {
+            metadata["tool_outputs_cleared"] = json!(self.cleared.len());
+            metadata["chars_cleared"] = json!(self.chars_cleared());
+        }
         metadata
+    }
+
+    /// The chars the clearing saves.
+    pub fn chars_cleared(&self) -> i64 {
+        self.cleared.iter().map(|c| c.saved).sum()
     }
 }
 
@@ -607,6 +646,11 @@ pub struct Stats {
     pub total_precomputed: i64,
     /// ... and their share of all compactions in force; `None` before the first.
     pub precomputed_share: Option<f64>,
+    /// Tool results cleared in place by the compactions in force
+    /// (`TOOL_OUTPUT_CLEARING`) ...
+    pub total_tool_outputs_cleared: i64,
+    /// ... and the chars that saved.
+    pub total_chars_cleared: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, sqlx::FromRow)]
@@ -633,6 +677,8 @@ pub(super) struct StatsRow {
     mean_fact_recall: Option<f64>,
     mean_statement_recall: Option<f64>,
     total_precomputed: i64,
+    total_tool_outputs_cleared: i64,
+    total_chars_cleared: i64,
     last_summarization_at: Option<String>,
 }
 
@@ -663,6 +709,8 @@ pub(super) fn report(
             mean_statement_recall: totals.mean_statement_recall,
             total_precomputed: totals.total_precomputed,
             precomputed_share: share(totals.total_precomputed),
+            total_tool_outputs_cleared: totals.total_tool_outputs_cleared,
+            total_chars_cleared: totals.total_chars_cleared,
         },
         daily,
     }
@@ -721,6 +769,11 @@ impl fmt::Display for StatsReport {
                     .map_or_else(|| "-".to_owned(), |v| format!("{v:.3}")),
             ),
             ("total_precomputed", stats.total_precomputed.to_string()),
+            (
+                "total_tool_outputs_cleared",
+                stats.total_tool_outputs_cleared.to_string(),
+            ),
+            ("total_chars_cleared", stats.total_chars_cleared.to_string()),
             (
                 "precomputed_share",
                 stats
@@ -833,6 +886,9 @@ pub enum Invariant {
     CompactionWithoutUsageEvent,
     /// A summarization usage event whose figures differ from its archive.
     UsageEventMismatch,
+    /// A tool result a compaction cleared whose original is not in that compaction's
+    /// archive (and the archive was not pruned).
+    ClearedWithoutOriginal,
     /// A history holds a summary but its session has no compaction.
     SummaryWithoutCompaction,
     /// A session's counters differ from its messages (`Store::counter_drift`).

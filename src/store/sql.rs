@@ -23,7 +23,9 @@ macro_rules! remembered_skip_columns_sql {
 macro_rules! settings_columns_sql {
     () => {
         "st.enabled AS settings_enabled, st.threshold_chars AS settings_threshold_chars,
-         st.keep_chars AS settings_keep_chars, st.model AS settings_model"
+         st.keep_chars AS settings_keep_chars, st.model AS settings_model,
+         st.tool_output_clearing AS settings_tool_output_clearing,
+         st.tool_output_keep AS settings_tool_output_keep"
     };
 }
 
@@ -58,13 +60,17 @@ pub const RELEASE_LEASE_REMEMBERING: &str = "UPDATE sessions
          skip_reason = $3, skip_at_chars = $4, skip_at_count = $5, skip_at_keep = $6
      WHERE session_id = $1 AND lease_owner = $2";
 
-/// Writes session `$1`'s settings (`enabled`, `threshold_chars`, `keep_chars`, `model`).
+/// Writes session `$1`'s settings (`enabled`, `threshold_chars`, `keep_chars`, `model`,
+/// `tool_output_clearing`, `tool_output_keep`).
 pub const UPSERT_SETTINGS: &str = "INSERT INTO session_settings
-         (session_id, enabled, threshold_chars, keep_chars, model)
-     VALUES ($1, $2, $3, $4, $5)
+         (session_id, enabled, threshold_chars, keep_chars, model, tool_output_clearing,
+          tool_output_keep)
+     VALUES ($1, $2, $3, $4, $5, $6, $7)
      ON CONFLICT (session_id) DO UPDATE SET
          enabled = excluded.enabled, threshold_chars = excluded.threshold_chars,
-         keep_chars = excluded.keep_chars, model = excluded.model";
+         keep_chars = excluded.keep_chars, model = excluded.model,
+         tool_output_clearing = excluded.tool_output_clearing,
+         tool_output_keep = excluded.tool_output_keep";
 
 /// Keeps a dead letter unless its `job_key` (`$7`) is kept already; returns its id.
 pub const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters
@@ -98,7 +104,7 @@ macro_rules! check_totals_sql {
 macro_rules! message_columns_sql {
     () => {
         "session_id, seq, role, content, tool_calls, tool_call_id, is_summary, created_at,
-         external_id, extra"
+         external_id, extra, cleared_by"
     };
 }
 
@@ -111,10 +117,15 @@ pub const RESTORABLE_COMPACTIONS: &str = "SELECT DISTINCT compaction_id FROM arc
      ORDER BY compaction_id DESC";
 
 /// Deletes the summary compaction `$2` wrote into session `$1`: it took the seq of the
-/// first message it removed.
+/// first message it removed (a clearing alone removed none, and wrote none).
 pub const DELETE_RESTORED_SUMMARY: &str =
     "DELETE FROM messages WHERE session_id = $1 AND is_summary
-       AND seq = (SELECT min(seq) FROM archived_messages WHERE compaction_id = $2)";
+       AND seq = (SELECT min(seq) FROM archived_messages
+                  WHERE compaction_id = $2 AND NOT cleared)";
+
+/// Whether compaction `$1` removed messages (and so wrote a summary), or only cleared.
+pub const COMPACTION_REMOVED: &str =
+    "SELECT EXISTS (SELECT 1 FROM archived_messages WHERE compaction_id = $1 AND NOT cleared)";
 
 /// After a restore, records as session `$1`'s compaction in force the newest one not
 /// undone (or none): clients compare it with the one their state reflects and reload.

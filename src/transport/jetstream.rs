@@ -515,6 +515,9 @@ mod tests {
             chars_removed: 1,
             messages_kept: 1,
             summary_chars: 1,
+            summarized: true,
+            tool_outputs_cleared: 0,
+            chars_cleared: 0,
         });
         assert_eq!(settle(&compacted), Settle::Ack);
         assert_eq!(settle(&Outcome::Skipped(Reason::Conflict)), Settle::Retry);

@@ -140,7 +140,7 @@ impl Worker {
             ..job
         };
         let counted = loaded.counted();
-        let plan = match plan_with_tokens(loaded, planning).await {
+        let plan = match plan_with_tokens(loaded, planning, None).await {
             Ok(plan) => plan,
             Err(outcome) => {
                 tracing::debug!("[{rid}] precompute: nothing to prepare ({outcome:?})");

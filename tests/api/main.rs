@@ -20,6 +20,7 @@
 mod access;
 mod budgets;
 mod check;
+mod clearing;
 mod client;
 mod compaction;
 mod concurrency;

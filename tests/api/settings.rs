@@ -52,6 +52,7 @@ async fn a_request_threshold_below_the_configured_one_compacts_keeping_its_keep_
     let overrides = Overrides {
         threshold_chars: Some(1500),
         keep_chars: Some(600),
+        ..Overrides::default()
     };
     let reply = match (app.client)
         .turn_starting_with("s", overrides, Duration::from_secs(15))

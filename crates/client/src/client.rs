@@ -12,6 +12,9 @@ use crate::protocol::{Overrides, Reply, Request};
 
 /// What the agent learns before its turn. Every variant means "go on"; only
 /// `Replied` with status `compacted` means the history changed.
+// A decision is made once a turn and moved once: boxing the reply would cost an
+// allocation per turn to save a copy of a couple of hundred bytes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// A worker answered.

@@ -32,6 +32,9 @@ impl Status {
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     Compacted,
+    /// Compacted by clearing old tool output alone, with no summary
+    /// (`TOOL_OUTPUT_CLEARING`).
+    Cleared,
     Disabled,
     BelowThreshold,
     TooFewTurns,
@@ -55,6 +58,7 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Compacted => "compacted",
+            Self::Cleared => "cleared",
             Self::Disabled => "disabled",
             Self::BelowThreshold => "below_threshold",
             Self::TooFewTurns => "too_few_turns",
@@ -81,7 +85,14 @@ pub struct Compaction {
     pub chars_removed: i64,
     /// Messages of the session left beside the summary when the split was planned.
     pub messages_kept: i64,
+    /// 0 when no summary was written (a clearing alone).
     pub summary_chars: i64,
+    /// Whether a summary replaced an old part; `false` for a clearing alone.
+    pub summarized: bool,
+    /// Tool results whose content was replaced by a placeholder, left in place, ...
+    pub tool_outputs_cleared: i64,
+    /// ... and the chars that saved (their content's, less the placeholders').
+    pub chars_cleared: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,6 +126,7 @@ impl Outcome {
 
     pub fn reason(&self) -> Reason {
         match self {
+            Self::Compacted(c) if !c.summarized => Reason::Cleared,
             Self::Compacted(_) => Reason::Compacted,
             Self::Skipped(reason) | Self::Failed { reason, .. } => *reason,
             Self::Busy => Reason::InProgress,

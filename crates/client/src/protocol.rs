@@ -35,6 +35,9 @@ pub struct Overrides {
     /// Keep at least this many of the newest chars.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_chars: Option<i64>,
+    /// Clear old tool output before summarizing (`TOOL_OUTPUT_CLEARING`), or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_output_clearing: Option<bool>,
 }
 
 /// Why a request was rejected; the text goes back to the sender.
@@ -55,7 +58,8 @@ impl Request {
     /// # Errors
     /// [`InvalidRequest`] saying what is wrong: too large, not a JSON object, a missing
     /// or non-string `session_id`, an empty, oversized or control-character id, a
-    /// `threshold_chars` or `keep_chars` that is not a positive integer.
+    /// `threshold_chars` or `keep_chars` that is not a positive integer, a
+    /// `tool_output_clearing` that is not a boolean.
     pub fn decode(payload: &[u8]) -> Result<Self, InvalidRequest> {
         let invalid = |msg: String| Err(InvalidRequest(msg));
         if payload.len() > MAX_REQUEST_BYTES {
@@ -88,6 +92,7 @@ impl Request {
         let overrides = Overrides {
             threshold_chars: size(&fields, "threshold_chars")?,
             keep_chars: size(&fields, "keep_chars")?,
+            tool_output_clearing: flag(&fields, "tool_output_clearing")?,
         };
         Ok(Self {
             session_id: session_id.clone(),
@@ -121,6 +126,20 @@ fn size(
             _ => invalid(),
         },
         Some(_) => invalid(),
+    }
+}
+
+/// An optional flag: absent or null, or a JSON boolean (not `"true"`, not `1`).
+fn flag(
+    fields: &serde_json::Map<String, Value>,
+    field: &str,
+) -> Result<Option<bool>, InvalidRequest> {
+    match fields.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(InvalidRequest(format!(
+            "{field} must be a boolean (true or false)"
+        ))),
     }
 }
 
@@ -160,6 +179,12 @@ pub struct Reply {
     pub messages_kept: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary_chars: Option<i64>,
+    /// For `compacted`: tool results cleared in place (their content replaced by a
+    /// placeholder, the original archived) and the chars that saved; 0 when none were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_outputs_cleared: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chars_cleared: Option<i64>,
     /// The `usage_events.id` of the compaction, also its `archived_messages.compaction_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction_id: Option<i64>,
@@ -203,6 +228,8 @@ impl Reply {
             chars_removed: compaction.map(|c| c.chars_removed),
             messages_kept: compaction.map(|c| c.messages_kept),
             summary_chars: compaction.map(|c| c.summary_chars),
+            tool_outputs_cleared: compaction.map(|c| c.tool_outputs_cleared),
+            chars_cleared: compaction.map(|c| c.chars_cleared),
             compaction_id: compaction.map(|c| c.compaction_id),
             latest_compaction_id: compaction.map(|c| c.compaction_id),
             duration_ms,
@@ -282,7 +309,7 @@ mod tests {
             r.overrides,
             Overrides {
                 threshold_chars: Some(5000),
-                keep_chars: None
+                ..Overrides::default()
             }
         );
         let huge = Request::decode(br#"{"session_id":"s","keep_chars":18446744073709551615}"#);
@@ -298,6 +325,29 @@ mod tests {
     }
 
     #[test]
+    fn tool_output_clearing_is_a_boolean_or_absent() {
+        for (payload, expected) in [
+            (
+                r#"{"session_id":"s","tool_output_clearing":true}"#,
+                Some(true),
+            ),
+            (
+                r#"{"session_id":"s","tool_output_clearing":false}"#,
+                Some(false),
+            ),
+            (r#"{"session_id":"s","tool_output_clearing":null}"#, None),
+            (r#"{"session_id":"s"}"#, None),
+        ] {
+            let r = Request::decode(payload.as_bytes()).unwrap();
+            assert_eq!(r.overrides.tool_output_clearing, expected, "{payload}");
+        }
+        for bad in [r#""true""#, "1", "0", r#""on""#, "[true]", "{}"] {
+            let payload = format!(r#"{{"session_id":"s","tool_output_clearing":{bad}}}"#);
+            rejects(payload.as_bytes(), "tool_output_clearing must be a boolean");
+        }
+    }
+
+    #[test]
     fn a_request_with_overrides_round_trips_and_one_without_has_none_on_the_wire() {
         let request = Request {
             session_id: "s".into(),
@@ -305,6 +355,7 @@ mod tests {
             overrides: Overrides {
                 threshold_chars: Some(9000),
                 keep_chars: Some(3000),
+                tool_output_clearing: Some(true),
             },
         };
         assert_eq!(Request::decode(&request.encode()).unwrap(), request);
@@ -355,6 +406,9 @@ mod tests {
             chars_removed: 1,
             messages_kept: 1,
             summary_chars: 1,
+            summarized: true,
+            tool_outputs_cleared: 0,
+            chars_cleared: 0,
         };
         let compacted = Reply::new(&Outcome::Compacted(compaction), None, None, None, 0)
             .with_latest_compaction_id(Some(7));

@@ -159,8 +159,10 @@ impl PgStore {
 
     /// Replaces the planned prefix with the summary, in one transaction: fences on the
     /// lease, archives and deletes the prefix (checking it is exactly as planned), inserts
-    /// the summary in its place and the usage event, drops the session's pending summary
-    /// (which the compaction made stale), and releases the lease.
+    /// the summary in its place and the usage event, clears the planned tool results in
+    /// place (archiving their originals, checking they are as planned), drops the
+    /// session's pending summary (which the compaction made stale), and releases the
+    /// lease. A clearing alone (`summarized: false`) removes nothing and writes no summary.
     ///
     /// # Errors
     /// [`CommitError::LeaseLost`] or [`CommitError::PrefixChanged`] when writing would be
@@ -212,7 +214,12 @@ impl PgStore {
              FROM removed"
         ))
         .bind(summary.session_id)
-        .bind(summary.cut_seq)
+        // A clearing alone removes nothing: no seq is below the smallest.
+        .bind(if summary.summarized {
+            summary.cut_seq
+        } else {
+            i64::MIN
+        })
         .bind(summary.model)
         .bind(summary.prompt_tokens)
         .bind(summary.completion_tokens)
@@ -229,14 +236,31 @@ impl PgStore {
         let unchanged = seqs == summary.removed_seqs
             && chars == summary.removed_chars
             && fingerprints == summary.removed_fingerprints;
-        // Dropping the transaction rolls it back. (An empty plan never reaches here: the
-        // planner always removes something; were it to, nothing would be written.)
+        // Dropping the transaction rolls it back. (A summary's empty plan never reaches
+        // here: the planner always removes something; were it to, nothing is written.)
         let first_seq = match seqs.first() {
-            Some(&first) if unchanged => first,
-            _ => return Err(CommitError::PrefixChanged),
+            _ if !unchanged => return Err(CommitError::PrefixChanged),
+            Some(&first) => Some(first),
+            None if summary.summarized => return Err(CommitError::PrefixChanged),
+            None => None,
         };
 
         let id: i64 = archived.try_get("id")?;
+        if !summary.cleared.is_empty() {
+            clear_in_place(&mut tx, summary, id).await?;
+        }
+        let Some(first_seq) = first_seq else {
+            sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
+                .bind(summary.session_id)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            return Ok(Committed {
+                compaction_id: id,
+                superseded: archived.try_get("superseded")?,
+            });
+        };
         // The summary takes the first removed message's seq: before every kept message,
         // and after any system message that preceded the old part. The same statement
         // records the compaction as the session's latest (its row is locked by the fence
@@ -261,6 +285,65 @@ impl PgStore {
             superseded: archived.try_get("superseded")?,
         })
     }
+}
+
+/// Replaces the content of the tool results `summary` clears with their placeholders,
+/// after archiving them under `compaction_id` (`cleared`): each row keeps its place, role,
+/// seq and `tool_call_id`. The rows are locked and compared with the plan first, so that
+/// an agent's edit meanwhile is neither overwritten nor archived in place of the text it
+/// replaced: [`CommitError::PrefixChanged`] then.
+async fn clear_in_place(
+    tx: &mut sqlx::PgConnection,
+    summary: &NewSummary<'_>,
+    compaction_id: i64,
+) -> Result<(), CommitError> {
+    let seqs: Vec<i64> = summary.cleared.iter().map(|c| c.seq).collect();
+    let found = sqlx::query(concat!(
+        "SELECT seq, chars::bigint AS chars, ",
+        fingerprint_sql!(),
+        " AS fingerprint FROM messages
+         WHERE session_id = $1 AND seq = ANY($2) ORDER BY seq FOR UPDATE"
+    ))
+    .bind(summary.session_id)
+    .bind(&seqs)
+    .fetch_all(&mut *tx)
+    .await?;
+    let as_planned = found.len() == summary.cleared.len()
+        && found.iter().zip(summary.cleared).all(|(row, planned)| {
+            row.try_get::<i64, _>("seq").ok() == Some(planned.seq)
+                && row.try_get::<i64, _>("chars").ok() == Some(planned.chars)
+                && row.try_get::<String, _>("fingerprint").ok().as_deref()
+                    == Some(planned.fingerprint.as_str())
+        });
+    if !as_planned {
+        return Err(CommitError::PrefixChanged);
+    }
+    let placeholders: Vec<&str> = summary
+        .cleared
+        .iter()
+        .map(|c| c.placeholder.as_str())
+        .collect();
+    sqlx::query(concat!(
+        "WITH archived AS (
+             INSERT INTO archived_messages (compaction_id, chars, cleared, ",
+        message_columns_sql!(),
+        ")
+             SELECT $3, chars, true, ",
+        message_columns_sql!(),
+        " FROM messages WHERE session_id = $1 AND seq = ANY($2)
+         )
+         UPDATE messages AS m
+         SET content = p.placeholder, extra = m.extra #- '{data,content}', cleared_by = $3
+         FROM unnest($2::bigint[], $4::text[]) AS p(seq, placeholder)
+         WHERE m.session_id = $1 AND m.seq = p.seq"
+    ))
+    .bind(summary.session_id)
+    .bind(&seqs)
+    .bind(compaction_id)
+    .bind(&placeholders)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 /// The rows of a lease-and-load statement: none when the lease was not taken, one of

@@ -16,7 +16,8 @@ fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
                 "SELECT session_id, 'seq ' || seq FROM (
                      SELECT session_id, seq FROM messages WHERE NOT is_summary
                      UNION ALL
-                     SELECT session_id, seq FROM archived_messages WHERE NOT is_summary
+                     SELECT session_id, seq FROM archived_messages
+                     WHERE NOT is_summary AND NOT cleared
                  ) AS everything
                  GROUP BY session_id, seq HAVING count(*) > 1"
             }
@@ -74,19 +75,40 @@ fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
                      AND u.metadata @> '{\"summarization\": true}'
                  WHERE u.id IS NULL"
             }
+            // The archive holds what the compaction removed, and the originals of what it
+            // cleared (`cleared`), each counted against its figures.
             I::UsageEventMismatch => {
                 "SELECT u.session_id, 'compaction ' || u.id || ': metadata says '
                         || (u.metadata ->> 'messages_removed') || ' msgs/'
-                        || (u.metadata ->> 'chars_removed') || ' chars, archive holds '
-                        || count(a.seq) || '/' || coalesce(sum(a.chars), 0)
+                        || (u.metadata ->> 'chars_removed') || ' chars, '
+                        || coalesce(u.metadata ->> 'tool_outputs_cleared', '0')
+                        || ' cleared, archive holds '
+                        || count(a.seq) FILTER (WHERE NOT a.cleared) || '/'
+                        || coalesce(sum(a.chars) FILTER (WHERE NOT a.cleared), 0) || ', '
+                        || count(a.seq) FILTER (WHERE a.cleared) || ' cleared'
                  FROM usage_events u
                  LEFT JOIN archived_messages a ON a.compaction_id = u.id
                  WHERE u.metadata @> '{\"summarization\": true}'
                    AND NOT u.metadata ? 'restored_at'
                    AND NOT u.metadata ? 'archive_pruned_at'
                  GROUP BY u.id
-                 HAVING count(a.seq) <> (u.metadata ->> 'messages_removed')::bigint
-                     OR coalesce(sum(a.chars), 0) <> (u.metadata ->> 'chars_removed')::bigint"
+                 HAVING count(a.seq) FILTER (WHERE NOT a.cleared)
+                            <> (u.metadata ->> 'messages_removed')::bigint
+                     OR coalesce(sum(a.chars) FILTER (WHERE NOT a.cleared), 0)
+                            <> (u.metadata ->> 'chars_removed')::bigint
+                     OR count(a.seq) FILTER (WHERE a.cleared)
+                            <> coalesce((u.metadata ->> 'tool_outputs_cleared')::bigint, 0)"
+            }
+            I::ClearedWithoutOriginal => {
+                "SELECT m.session_id, 'seq ' || m.seq || ', cleared by compaction ' || m.cleared_by
+                 FROM messages m
+                 WHERE m.cleared_by IS NOT NULL
+                   AND NOT EXISTS (
+                       SELECT 1 FROM archived_messages a
+                       WHERE a.compaction_id = m.cleared_by AND a.seq = m.seq AND a.cleared)
+                   AND NOT EXISTS (
+                       SELECT 1 FROM usage_events u
+                       WHERE u.id = m.cleared_by AND u.metadata ? 'archive_pruned_at')"
             }
             I::SummaryWithoutCompaction => {
                 "SELECT m.session_id, 'summary seq ' || m.seq FROM messages m

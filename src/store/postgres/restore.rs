@@ -8,7 +8,7 @@ use sqlx::Row;
 use super::PgStore;
 use crate::store::model::{SessionRow, millis};
 use crate::store::sql::{
-    DELETE_RESTORED_SUMMARY, LAST_COMPACTION_IN_FORCE, RESTORABLE_COMPACTIONS,
+    COMPACTION_REMOVED, DELETE_RESTORED_SUMMARY, LAST_COMPACTION_IN_FORCE, RESTORABLE_COMPACTIONS,
 };
 use crate::store::{Pruned, RestoreError, Restored, SessionView, StoreError};
 
@@ -90,18 +90,26 @@ impl PgStore {
         }
         let mut messages_restored = 0;
         for &compaction in &compactions {
-            // Its summary took the seq of the first message it removed.
-            let summary = sqlx::query(DELETE_RESTORED_SUMMARY)
-                .bind(session_id)
+            // Its summary took the seq of the first message it removed; a clearing alone
+            // removed none and wrote none.
+            let removed: bool = sqlx::query_scalar(COMPACTION_REMOVED)
                 .bind(compaction)
-                .execute(&mut *tx)
+                .fetch_one(&mut *tx)
                 .await?;
-            if summary.rows_affected() != 1 {
-                return Err(RestoreError::SummaryMissing(compaction));
+            if removed {
+                let summary = sqlx::query(DELETE_RESTORED_SUMMARY)
+                    .bind(session_id)
+                    .bind(compaction)
+                    .execute(&mut *tx)
+                    .await?;
+                if summary.rows_affected() != 1 {
+                    return Err(RestoreError::SummaryMissing(compaction));
+                }
             }
             let back = sqlx::query(concat!(
                 "WITH back AS (
-                     DELETE FROM archived_messages WHERE compaction_id = $1 RETURNING *
+                     DELETE FROM archived_messages WHERE compaction_id = $1 AND NOT cleared
+                     RETURNING *
                  )
                  INSERT INTO messages (",
                 message_columns_sql!(),
@@ -112,7 +120,22 @@ impl PgStore {
             .bind(compaction)
             .execute(&mut *tx)
             .await?;
-            messages_restored += i64::try_from(back.rows_affected()).unwrap_or(i64::MAX);
+            // A cleared row gets its original content back, in its place.
+            let uncleared = sqlx::query(
+                "WITH back AS (
+                     DELETE FROM archived_messages WHERE compaction_id = $1 AND cleared
+                     RETURNING *
+                 )
+                 UPDATE messages AS m
+                 SET content = b.content, extra = b.extra, cleared_by = b.cleared_by
+                 FROM back AS b
+                 WHERE m.session_id = b.session_id AND m.seq = b.seq",
+            )
+            .bind(compaction)
+            .execute(&mut *tx)
+            .await?;
+            messages_restored +=
+                i64::try_from(back.rows_affected() + uncleared.rows_affected()).unwrap_or(i64::MAX);
             sqlx::query(
                 "UPDATE usage_events
                  SET metadata = metadata || jsonb_build_object('restored_at', now())

@@ -50,6 +50,8 @@ impl PgStore {
             .bind(next.threshold_chars)
             .bind(next.keep_chars)
             .bind(&next.model)
+            .bind(next.tool_output_clearing)
+            .bind(next.tool_output_keep)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

@@ -35,7 +35,7 @@ impl PgStore {
             "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
                     total_tokens_compacted, prompt_tokens, completion_tokens, mean_fact_recall,
                     mean_statement_recall,
-                    total_precomputed,
+                    total_precomputed, total_tool_outputs_cleared, total_chars_cleared,
                     to_char(last_summarization_at AT TIME ZONE 'UTC',
                             'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS last_summarization_at
              FROM summarization_stats",

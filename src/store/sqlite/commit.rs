@@ -68,7 +68,8 @@ impl SqliteStore {
     async fn load(&self, session_id: &str) -> Result<Loaded, StoreError> {
         let rows: Vec<LoadedRow> = sqlx::query_as(
             "SELECT seq, role, coalesce(content, '') AS content, tool_calls, tool_call_id,
-                    is_summary, chars, CAST(row_version AS TEXT) AS fingerprint
+                    is_summary, chars, CAST(row_version AS TEXT) AS fingerprint,
+                    cleared_by IS NOT NULL AS cleared
              FROM messages WHERE session_id = $1 ORDER BY seq",
         )
         .bind(session_id)
@@ -192,20 +193,28 @@ impl SqliteStore {
         if fenced == 0 {
             return Err(CommitError::LeaseLost);
         }
-        let prefix = Prefix::read(&mut tx, summary.session_id, summary.cut_seq).await?;
+        // A clearing alone removes nothing: no seq is below the smallest.
+        let cut_seq = if summary.summarized {
+            summary.cut_seq
+        } else {
+            i64::MIN
+        };
+        let prefix = Prefix::read(&mut tx, summary.session_id, cut_seq).await?;
+        let unchanged = prefix.is(
+            summary.removed_seqs,
+            summary.removed_chars,
+            summary.removed_fingerprints,
+        );
         // Dropping the transaction rolls it back.
         let first_seq = match prefix.seqs.first() {
-            Some(&first)
-                if prefix.is(
-                    summary.removed_seqs,
-                    summary.removed_chars,
-                    summary.removed_fingerprints,
-                ) =>
-            {
-                first
-            }
-            _ => return Err(CommitError::PrefixChanged),
+            _ if !unchanged => return Err(CommitError::PrefixChanged),
+            Some(&first) => Some(first),
+            None if summary.summarized => return Err(CommitError::PrefixChanged),
+            None => None,
         };
+        if !cleared_as_planned(&mut tx, summary).await? {
+            return Err(CommitError::PrefixChanged);
+        }
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO usage_events
                  (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
@@ -219,8 +228,18 @@ impl SqliteStore {
         .bind(summary.event_metadata().to_string())
         .fetch_one(&mut *tx)
         .await?;
-        let superseded = replace_prefix(&mut tx, summary.session_id, summary.cut_seq, id).await?;
-        write_summary(&mut tx, summary.session_id, first_seq, summary.text, id).await?;
+        let superseded = replace_prefix(&mut tx, summary.session_id, cut_seq, id).await?;
+        clear_in_place(&mut tx, summary, id).await?;
+        match first_seq {
+            Some(seq) => write_summary(&mut tx, summary.session_id, seq, summary.text, id).await?,
+            None => {
+                sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
+                    .bind(summary.session_id)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
         tx.commit().await?;
         Ok(Committed {
             compaction_id: id,
@@ -300,6 +319,68 @@ pub(super) async fn replace_prefix(
         .await?
         .rows_affected();
     Ok(pending > 0)
+}
+
+/// Whether the tool results `summary` clears are exactly as planned: the same rows, of
+/// the same sizes, in the same versions (an agent's edit meanwhile is not overwritten).
+async fn cleared_as_planned(
+    tx: &mut SqliteConnection,
+    summary: &NewSummary<'_>,
+) -> Result<bool, sqlx::Error> {
+    for planned in summary.cleared {
+        let row = sqlx::query(
+            "SELECT chars, CAST(row_version AS TEXT) AS version FROM messages
+             WHERE session_id = $1 AND seq = $2",
+        )
+        .bind(summary.session_id)
+        .bind(planned.seq)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let same = row.is_some_and(|row| {
+            row.try_get::<i64, _>("chars").ok() == Some(planned.chars)
+                && row.try_get::<String, _>("version").ok().as_deref()
+                    == Some(planned.fingerprint.as_str())
+        });
+        if !same {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Archives the tool results `summary` clears under `compaction_id` (`cleared`) and
+/// replaces their content with their placeholders, each row left in its place.
+async fn clear_in_place(
+    tx: &mut SqliteConnection,
+    summary: &NewSummary<'_>,
+    compaction_id: i64,
+) -> Result<(), sqlx::Error> {
+    for planned in summary.cleared {
+        sqlx::query(concat!(
+            "INSERT INTO archived_messages (compaction_id, chars, cleared, ",
+            message_columns_sql!(),
+            ") SELECT $3, chars, 1, ",
+            message_columns_sql!(),
+            " FROM messages WHERE session_id = $1 AND seq = $2"
+        ))
+        .bind(summary.session_id)
+        .bind(planned.seq)
+        .bind(compaction_id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE messages
+             SET content = $3, extra = json_remove(extra, '$.data.content'), cleared_by = $4
+             WHERE session_id = $1 AND seq = $2",
+        )
+        .bind(summary.session_id)
+        .bind(planned.seq)
+        .bind(&planned.placeholder)
+        .bind(compaction_id)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// Inserts the summary at `seq` (the first removed message's) and records the compaction

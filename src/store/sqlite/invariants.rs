@@ -73,7 +73,8 @@ fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
             "SELECT session_id, 'seq ' || seq FROM (
                  SELECT session_id, seq FROM messages WHERE NOT is_summary
                  UNION ALL
-                 SELECT session_id, seq FROM archived_messages WHERE NOT is_summary
+                 SELECT session_id, seq FROM archived_messages
+                 WHERE NOT is_summary AND NOT cleared
              ) AS everything
              GROUP BY session_id, seq HAVING count(*) > 1"
         }
@@ -137,18 +138,37 @@ fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
         Invariant::UsageEventMismatch => {
             "SELECT u.session_id, 'compaction ' || u.id || ': metadata says '
                     || json_extract(u.metadata, '$.messages_removed') || ' msgs/'
-                    || json_extract(u.metadata, '$.chars_removed') || ' chars, archive holds '
-                    || count(a.seq) || '/' || coalesce(sum(a.chars), 0)
+                    || json_extract(u.metadata, '$.chars_removed') || ' chars, '
+                    || coalesce(json_extract(u.metadata, '$.tool_outputs_cleared'), 0)
+                    || ' cleared, archive holds '
+                    || count(a.seq) FILTER (WHERE NOT a.cleared) || '/'
+                    || coalesce(sum(a.chars) FILTER (WHERE NOT a.cleared), 0) || ', '
+                    || count(a.seq) FILTER (WHERE a.cleared) || ' cleared'
              FROM usage_events u
              LEFT JOIN archived_messages a ON a.compaction_id = u.id
              WHERE json_type(u.metadata, '$.summarization') = 'true'
                AND json_type(u.metadata, '$.restored_at') IS NULL
                AND json_type(u.metadata, '$.archive_pruned_at') IS NULL
              GROUP BY u.id
-             HAVING count(a.seq)
+             HAVING count(a.seq) FILTER (WHERE NOT a.cleared)
                         <> CAST(json_extract(u.metadata, '$.messages_removed') AS INTEGER)
-                 OR coalesce(sum(a.chars), 0)
-                        <> CAST(json_extract(u.metadata, '$.chars_removed') AS INTEGER)"
+                 OR coalesce(sum(a.chars) FILTER (WHERE NOT a.cleared), 0)
+                        <> CAST(json_extract(u.metadata, '$.chars_removed') AS INTEGER)
+                 OR count(a.seq) FILTER (WHERE a.cleared)
+                        <> coalesce(CAST(json_extract(u.metadata, '$.tool_outputs_cleared')
+                                         AS INTEGER), 0)"
+        }
+        Invariant::ClearedWithoutOriginal => {
+            "SELECT m.session_id, 'seq ' || m.seq || ', cleared by compaction ' || m.cleared_by
+             FROM messages m
+             WHERE m.cleared_by IS NOT NULL
+               AND NOT EXISTS (
+                   SELECT 1 FROM archived_messages a
+                   WHERE a.compaction_id = m.cleared_by AND a.seq = m.seq AND a.cleared)
+               AND NOT EXISTS (
+                   SELECT 1 FROM usage_events u
+                   WHERE u.id = m.cleared_by
+                     AND json_type(u.metadata, '$.archive_pruned_at') IS NOT NULL)"
         }
         Invariant::SummaryWithoutCompaction => {
             "SELECT m.session_id, 'summary seq ' || m.seq FROM messages m

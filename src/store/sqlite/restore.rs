@@ -8,7 +8,7 @@ use sqlx::Row;
 use super::{RFC3339, SqliteStore, now_ms};
 use crate::store::model::{SessionRow, millis};
 use crate::store::sql::{
-    DELETE_RESTORED_SUMMARY, LAST_COMPACTION_IN_FORCE, RESTORABLE_COMPACTIONS,
+    COMPACTION_REMOVED, DELETE_RESTORED_SUMMARY, LAST_COMPACTION_IN_FORCE, RESTORABLE_COMPACTIONS,
 };
 use crate::store::{Pruned, RestoreError, Restored, SessionView, StoreError};
 
@@ -99,14 +99,21 @@ impl SqliteStore {
         }
         let mut messages_restored = 0;
         for &compaction in &compactions {
-            // Its summary took the seq of the first message it removed.
-            let summary = sqlx::query(DELETE_RESTORED_SUMMARY)
-                .bind(session_id)
+            // Its summary took the seq of the first message it removed; a clearing alone
+            // removed none and wrote none.
+            let removed: bool = sqlx::query_scalar(COMPACTION_REMOVED)
                 .bind(compaction)
-                .execute(&mut *tx)
+                .fetch_one(&mut *tx)
                 .await?;
-            if summary.rows_affected() != 1 {
-                return Err(RestoreError::SummaryMissing(compaction));
+            if removed {
+                let summary = sqlx::query(DELETE_RESTORED_SUMMARY)
+                    .bind(session_id)
+                    .bind(compaction)
+                    .execute(&mut *tx)
+                    .await?;
+                if summary.rows_affected() != 1 {
+                    return Err(RestoreError::SummaryMissing(compaction));
+                }
             }
             // SQLite has no DELETE in a CTE: copy back, then delete, in the same
             // transaction. Each row gets a new row_version, as a new row gets a new xmin.
@@ -115,8 +122,19 @@ impl SqliteStore {
                 message_columns_sql!(),
                 ") SELECT ",
                 message_columns_sql!(),
-                " FROM archived_messages WHERE compaction_id = $1 ORDER BY seq"
+                " FROM archived_messages WHERE compaction_id = $1 AND NOT cleared ORDER BY seq"
             ))
+            .bind(compaction)
+            .execute(&mut *tx)
+            .await?;
+            // A cleared row gets its original content back, in its place.
+            let uncleared = sqlx::query(
+                "UPDATE messages SET
+                     content = a.content, extra = a.extra, cleared_by = a.cleared_by
+                 FROM archived_messages AS a
+                 WHERE a.compaction_id = $1 AND a.cleared
+                   AND messages.session_id = a.session_id AND messages.seq = a.seq",
+            )
             .bind(compaction)
             .execute(&mut *tx)
             .await?;
@@ -124,7 +142,8 @@ impl SqliteStore {
                 .bind(compaction)
                 .execute(&mut *tx)
                 .await?;
-            messages_restored += i64::try_from(back.rows_affected()).unwrap_or(i64::MAX);
+            messages_restored +=
+                i64::try_from(back.rows_affected() + uncleared.rows_affected()).unwrap_or(i64::MAX);
             sqlx::query(
                 "UPDATE usage_events
                  SET metadata = json_set(metadata, '$.restored_at', strftime($2, 'now'))

@@ -49,6 +49,8 @@ impl SqliteStore {
             .bind(next.threshold_chars)
             .bind(next.keep_chars)
             .bind(&next.model)
+            .bind(next.tool_output_clearing)
+            .bind(next.tool_output_keep)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

@@ -33,7 +33,7 @@ impl SqliteStore {
             "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
                     total_tokens_compacted, prompt_tokens, completion_tokens, mean_fact_recall,
                     mean_statement_recall,
-                    total_precomputed,
+                    total_precomputed, total_tool_outputs_cleared, total_chars_cleared,
                     coalesce(strftime($1, last_summarization_at), last_summarization_at)
                         AS last_summarization_at
              FROM summarization_stats",

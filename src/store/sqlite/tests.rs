@@ -344,7 +344,7 @@ async fn broken_invariants_are_found() {
     );
     assert_eq!(
         detail(Invariant::UsageEventMismatch).await,
-        ["s: compaction 1: metadata says 2 msgs/7 chars, archive holds 3/7"]
+        ["s: compaction 1: metadata says 2 msgs/7 chars, 0 cleared, archive holds 3/7, 0 cleared"]
     );
     // The CHECK refuses a double-encoded array: only a row written past it is found.
     exec(
@@ -528,7 +528,7 @@ async fn pruning_removes_old_archives_only() {
     assert_eq!(found, vec![]);
 }
 
-const ALL_INVARIANTS: [Invariant; 11] = [
+const ALL_INVARIANTS: [Invariant; 12] = [
     Invariant::DuplicatedMessage,
     Invariant::SeveralSummaries,
     Invariant::MisplacedSummary,
@@ -537,6 +537,7 @@ const ALL_INVARIANTS: [Invariant; 11] = [
     Invariant::ToolCallsNotAnArray,
     Invariant::CompactionWithoutUsageEvent,
     Invariant::UsageEventMismatch,
+    Invariant::ClearedWithoutOriginal,
     Invariant::SummaryWithoutCompaction,
     Invariant::CountersDrift,
     Invariant::TextNotUtf8,

@@ -10,7 +10,10 @@ scheme. Each backend has its own SQL; the semantics are the same:
   worker's summaries and rows it named (`summarizer-...`), which are never rewritten. A
   row that matches a message a compaction archived (same id, role, text, tool calls and
   call id) is that message, sent again by a state that has not seen the compaction: it is
-  skipped. A row that only reuses an archived message's id is a new message: stored;
+  skipped: that is also how the original of a tool result the worker cleared (whose
+  archived copy keeps its id and text) never overwrites the placeholder. An edit in place
+  of a cleared row stores the new text and marks the row no longer cleared. A row that
+  only reuses an archived message's id is a new message: stored;
 - `remove_rows` deletes the session's live rows whose external id is not among the ids
   given (the messages the agent's state holds), sparing summaries and the rows the
   worker or plain SQL wrote (no external id, or a `summarizer-` one), and returns the ids
@@ -87,7 +90,7 @@ WHERE m ->> 'external_id' IS NULL OR NOT EXISTS (
 ORDER BY n
 ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
 SET role = excluded.role, content = excluded.content, tool_calls = excluded.tool_calls,
-    tool_call_id = excluded.tool_call_id, extra = excluded.extra
+    tool_call_id = excluded.tool_call_id, extra = excluded.extra, cleared_by = NULL
 WHERE NOT messages.is_summary AND substr(messages.external_id, 1, 11) <> 'summarizer-'
   AND (messages.role, messages.content, messages.tool_calls, messages.tool_call_id)
       IS DISTINCT FROM (excluded.role, excluded.content, excluded.tool_calls, excluded.tool_call_id)
@@ -185,7 +188,7 @@ WHERE json_extract(r.value, '$.external_id') IS NULL OR NOT EXISTS (
 ORDER BY r.key
 ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
 SET role = excluded.role, content = excluded.content, tool_calls = excluded.tool_calls,
-    tool_call_id = excluded.tool_call_id, extra = excluded.extra
+    tool_call_id = excluded.tool_call_id, extra = excluded.extra, cleared_by = NULL
 WHERE NOT messages.is_summary AND substr(messages.external_id, 1, 11) <> 'summarizer-'
   AND (messages.role IS NOT excluded.role OR messages.content IS NOT excluded.content
        OR messages.tool_calls IS NOT excluded.tool_calls

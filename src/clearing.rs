@@ -1,0 +1,188 @@
+//! Clearing old tool output: the cheap first stage of a compaction
+//! (`TOOL_OUTPUT_CLEARING`, docs/compaction.md, "Clearing old tool output").
+//!
+//! Most of an investigation's history is tool output the agent has already read and
+//! turned into prose. Clearing replaces the content of old tool results with a short
+//! placeholder, leaving each row where it is (role, `seq`, `tool_call_id`): every call
+//! stays paired with its result, so providers accept the history, and the reasoning
+//! around them stays word for word. The originals go to the archive in the commit that
+//! clears them. No LLM is asked.
+//!
+//! A plain function over plain data, like the split planner: which results to clear,
+//! oldest first, until the session would be at or below its keep.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::message::{Message, Role, call_id, char_count};
+
+/// The start of every placeholder: how a cleared result is told from others by people
+/// and by tests (the store knows it by `messages.cleared_by`).
+pub const PLACEHOLDER_START: &str = "[tool output cleared";
+
+/// What is never cleared, beside results already cleared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rules {
+    /// The newest this many tool results.
+    pub keep: usize,
+    /// Results of fewer chars.
+    pub min_chars: i64,
+    /// Results of calls to these tools (by the call's name).
+    pub exclude: Vec<String>,
+}
+
+/// One result to clear: its index in the history, the placeholder that replaces its
+/// content, and the chars that saves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cleared {
+    pub index: usize,
+    pub placeholder: String,
+    /// The result's chars, less the placeholder's.
+    pub saved: i64,
+}
+
+/// The results a clearing replaces, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Clearing {
+    pub cleared: Vec<Cleared>,
+}
+
+impl Clearing {
+    pub fn is_empty(&self) -> bool {
+        self.cleared.is_empty()
+    }
+
+    /// The chars the whole clearing saves.
+    pub fn saved(&self) -> i64 {
+        self.cleared.iter().map(|c| c.saved).sum()
+    }
+
+    /// `messages` as the clearing leaves them: each cleared result's content replaced by
+    /// its placeholder, its chars counted again as the database counts them.
+    pub fn apply(&self, messages: &mut [Message]) {
+        for c in &self.cleared {
+            let m = &mut messages[c.index];
+            m.chars -= c.saved;
+            m.content.clone_from(&c.placeholder);
+        }
+    }
+}
+
+/// The placeholder a cleared result of `tool` of `chars` chars at `seq` holds: it says
+/// what was there, and where the original is.
+pub fn placeholder(tool: &str, chars: i64, seq: i64) -> String {
+    format!(
+        "{PLACEHOLDER_START}: {chars} chars of {tool} output were here; the original is \
+         archived as message seq {seq}]"
+    )
+}
+
+/// Which tool results of `messages` (one session, in `seq` order) to clear, oldest first,
+/// until the session holds at most `target_chars` or none is left. `already[i]` tells
+/// that message `i` was cleared before.
+///
+/// A result is cleared only when none of these holds: it is among the newest
+/// `rules.keep` tool results; it has fewer than `rules.min_chars` chars; it answers no
+/// call (the planner's pairing: the nearest earlier call of its id), or a call of an
+/// excluded tool; the message that made its call still waits for a result of another of
+/// its calls (the agent is mid-step); it was cleared already. Clearing one that saves
+/// nothing (a result shorter than its placeholder) is pointless, and skipped too.
+pub fn plan(messages: &[Message], already: &[bool], rules: &Rules, target_chars: i64) -> Clearing {
+    let total: i64 = messages.iter().map(|m| m.chars).sum();
+    if total <= target_chars {
+        return Clearing::default();
+    }
+    let calls = pair_calls(messages);
+    let newest_kept: usize = {
+        // The index from which on the newest `keep` results lie.
+        let mut seen = 0;
+        let mut from = messages.len();
+        for (i, m) in messages.iter().enumerate().rev() {
+            if seen == rules.keep {
+                break;
+            }
+            if m.role == Role::Tool {
+                seen += 1;
+                from = i;
+            }
+        }
+        if seen < rules.keep { 0 } else { from }
+    };
+    let mut clearing = Clearing::default();
+    let mut left = total;
+    for (i, m) in messages.iter().enumerate() {
+        if left <= target_chars || i >= newest_kept {
+            break;
+        }
+        if m.role != Role::Tool
+            || already.get(i).copied().unwrap_or(false)
+            || m.chars < rules.min_chars
+        {
+            continue;
+        }
+        let Some(&(call, ref tool)) = calls.answered.get(&i) else {
+            continue;
+        };
+        if calls.waiting.contains(&call) || rules.exclude.iter().any(|name| name == tool) {
+            continue;
+        }
+        let text = placeholder(tool, m.chars, m.seq);
+        let saved = char_count(&m.content) - char_count(&text);
+        if saved <= 0 {
+            continue;
+        }
+        left -= saved;
+        clearing.cleared.push(Cleared {
+            index: i,
+            placeholder: text,
+            saved,
+        });
+    }
+    clearing
+}
+
+/// The calls the results of a history answer.
+struct Calls {
+    /// By result index: the index of the message that made the call it answers, and
+    /// the call's tool name (`"unknown tool"` when the call names none).
+    answered: HashMap<usize, (usize, String)>,
+    /// Messages with a call no later result answers: the agent is still waiting on it.
+    waiting: std::collections::HashSet<usize>,
+}
+
+/// Pairs each result with the nearest earlier call of its id, as the split planner does
+/// (a model server may reuse ids: `call_0` every turn); linear in the messages and calls.
+fn pair_calls(messages: &[Message]) -> Calls {
+    let mut latest: HashMap<String, (usize, String, bool)> = HashMap::new();
+    let mut answered = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        if let Some(id) = m.tool_call_id.as_deref()
+            && let Some((call, name, done)) = latest.get_mut(id)
+        {
+            answered.insert(i, (*call, name.clone()));
+            *done = true;
+        }
+        for call in m.calls().iter() {
+            if let Some(id) = call_id(call) {
+                latest.insert(id.to_owned(), (i, call_name(call).to_owned(), false));
+            }
+        }
+    }
+    let waiting = (latest.into_values())
+        .filter(|(_, _, done)| !done)
+        .map(|(call, _, _)| call)
+        .collect();
+    Calls { answered, waiting }
+}
+
+/// A call's tool name, in each stored shape (`name`, OpenAI's `function.name`).
+fn call_name(call: &Value) -> &str {
+    call.get("name")
+        .or_else(|| call.get("function").and_then(|f| f.get("name")))
+        .and_then(Value::as_str)
+        .unwrap_or("unknown tool")
+}
+
+#[cfg(test)]
+mod tests;
