@@ -31,11 +31,11 @@ use tokio::process::{Child, Command};
 use crate::db::Scratch;
 use crate::worker_process;
 use summarizer::client::{Decision, TurnClient};
-use summarizer::config::{Limits, Settings};
+use summarizer::config::{Limits, Settings, ToolOutputs};
 use summarizer::llm::LlmSummarizer;
 use summarizer::llm::chat::{Chat, ChatRequest};
 use summarizer::message::Message;
-use summarizer::outcome::{Outcome, Reason, Status};
+use summarizer::outcome::{Compaction, Outcome, Reason, Status};
 use summarizer::store::{PgStore, SharedStore};
 use summarizer::summarizer::{LlmError, Summarizer};
 use summarizer::summary::Summary;
@@ -325,6 +325,13 @@ async fn measure(
     report.precompute = Some(precompute::measure(db, tag, nats().await?, sizes.precompute).await?);
     let store: SharedStore = Arc::new(store.clone());
     report.worker_cost = Some(worker_cost(&store, &seeded.thousand).await?);
+    let clearing = ToolOutputs {
+        clearing: true,
+        ..ToolOutputs::default()
+    };
+    report.clearing_cost = Some(tool_heavy_cost(&store, &seeded.tool_heavy.0, clearing).await?);
+    report.tool_summary_cost =
+        Some(tool_heavy_cost(&store, &seeded.tool_heavy.1, ToolOutputs::default()).await?);
     let (cost, requests) = chunked_cost(&store, &seeded.two_mb).await?;
     report.chunked_cost = Some(cost);
     report.chunked_requests = requests;
@@ -401,21 +408,50 @@ fn in_process_policy() -> Policy {
 /// The worker's own cost per compaction (load, plan, commit) on 1,000-message sessions,
 /// in this process, with a summarizer that answers at once.
 async fn worker_cost(store: &SharedStore, sessions: &[String]) -> anyhow::Result<Measurement> {
-    let worker = Arc::new(Worker::new(
+    let worker = Worker::new(
         store.clone(),
         Arc::new(Instant),
         in_process_policy(),
         Arc::default(),
-    ));
+    );
+    compactions_cost(worker, sessions, |_| true).await
+}
+
+/// The worker's cost per compaction (load, plan, commit) of a session of tool steps,
+/// clearing its old tool output (`tool_outputs` on: no summary is needed) or summarizing
+/// its old part (off), in this process, with a summarizer that answers at once.
+async fn tool_heavy_cost(
+    store: &SharedStore,
+    sessions: &[String],
+    tool_outputs: ToolOutputs,
+) -> anyhow::Result<Measurement> {
+    let clearing = tool_outputs.clearing;
+    let worker = Worker::new(
+        store.clone(),
+        Arc::new(Instant),
+        in_process_policy(),
+        Arc::default(),
+    )
+    .with_tool_outputs(tool_outputs);
+    compactions_cost(worker, sessions, move |c| c.summarized != clearing).await
+}
+
+/// One compaction by `worker` of each of `sessions` (the last [`COST_WARMUP`] untimed,
+/// first), each answered `compacted` as `expected` says.
+async fn compactions_cost(
+    worker: Worker,
+    sessions: &[String],
+    expected: impl Fn(&Compaction) -> bool + Clone + Send + Sync + 'static,
+) -> anyhow::Result<Measurement> {
+    let worker = Arc::new(worker);
     let sessions = Arc::new(sessions.to_vec());
-    // The last sessions warm the pool and caches; the others are timed.
     load::run(1, sessions.len() - COST_WARMUP, COST_WARMUP, move |i| {
-        let (worker, sessions) = (worker.clone(), sessions.clone());
+        let (worker, sessions, expected) = (worker.clone(), sessions.clone(), expected.clone());
         async move {
             let event = Event::new(sessions[i].clone(), None);
             match worker.process(&event).await.outcome {
-                Outcome::Compacted(_) => Ok(()),
-                other => bail!("expected a compaction, got {other:?}"),
+                Outcome::Compacted(c) if expected(&c) => Ok(()),
+                other => bail!("expected a compaction of {}, got {other:?}", sessions[i]),
             }
         }
     })

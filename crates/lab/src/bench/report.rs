@@ -26,6 +26,11 @@ pub struct Report {
     pub worker_cost: Option<Measurement>,
     /// The worker's cost to compact a 2 MB session in chunks, the LLM answering at once.
     pub chunked_cost: Option<Measurement>,
+    /// The worker's cost per compaction of a session of 50 tool steps by clearing its old
+    /// tool output alone, and by a summary of its old part (the summarizer answering at
+    /// once): clearing's cost against the compaction it replaces.
+    pub clearing_cost: Option<Measurement>,
+    pub tool_summary_cost: Option<Measurement>,
     /// LLM requests per 2 MB compaction (chunks, at the default token budget).
     pub chunked_requests: f64,
     pub rss_idle_mb: f64,
@@ -278,6 +283,12 @@ impl fmt::Display for Report {
         }
         if let Some(m) = &self.chunked_cost {
             row(f, "worker cost, 2 MB compaction in chunks", m)?;
+        }
+        if let Some(m) = &self.clearing_cost {
+            row(f, "worker cost, 50 tool steps, clearing alone", m)?;
+        }
+        if let Some(m) = &self.tool_summary_cost {
+            row(f, "worker cost, 50 tool steps, a summary", m)?;
         }
         if let Some(m) = &self.stats {
             row(
