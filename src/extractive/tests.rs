@@ -575,3 +575,34 @@ fn a_later_value_of_a_setting_is_said_with_the_earlier_one() {
         "{text}"
     );
 }
+
+/// A log line that ends in `;` is still a sentence; a line of code that does is not.
+#[test]
+fn a_log_line_ending_in_a_semicolon_is_a_finding_and_code_is_not() {
+    let padding = "The rotation handbook says to check dashboards first. ".repeat(10);
+    let old = vec![
+        msg(Role::User, "Why is checkout-api slow since 14:01?"),
+        msg(
+            Role::Assistant,
+            &format!("Reading the pooler's log.\n{padding}"),
+        ),
+        msg(
+            Role::Tool,
+            "pgbouncer-14 at 10.43.7.217:6432 refused checkout-api with error E-5417: max_client_conn reached; clients queue behind it;\n\
+             throw new PoolError(\"pool exhausted for tenant \" + tenantId, E_POOL_7);",
+        ),
+        msg(
+            Role::Assistant,
+            "Still looking at the pooler and its clients.",
+        ),
+    ];
+    let text = summarize(&old, 6_000).unwrap().text;
+    let tool_lines: Vec<&str> = text.lines().filter(|l| l.contains('→')).collect();
+    assert_eq!(
+        tool_lines,
+        [
+            "- tool → pgbouncer-14 at 10.43.7.217:6432 refused checkout-api with error E-5417: max_client_conn reached; clients queue behind it;"
+        ],
+        "{text}"
+    );
+}

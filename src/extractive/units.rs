@@ -495,7 +495,8 @@ fn fragment(unit: &str) -> bool {
     let tool = tool.trim();
     if line.starts_with(['"', '{', '}', '[', ']', '|', '+', '@'])
         || line.matches('|').count() >= 2
-        || line.ends_with(['{', '}', ';', '('])
+        || line.ends_with(['{', '}', '('])
+        || (line.ends_with(';') && code_statement(line))
         || line.contains(" { ")
         || (!tool.is_empty() && line.starts_with(tool))
     {
@@ -506,6 +507,25 @@ fn fragment(unit: &str) -> bool {
         .filter(|w| w.len() >= 2 && w.chars().all(|c| c.is_alphabetic()))
         .count();
     words < 2
+}
+
+/// Whether a line that ends in `;` is a statement of code (`x = 5;`, `import a.b;`,
+/// `throw new PoolError("pool exhausted for " + tenant);`) rather than a log line that
+/// happens to end in one: code ends in a call or a literal, assigns, or has fewer than
+/// four words of letters.
+fn code_statement(line: &str) -> bool {
+    let body = line.trim_end_matches(';').trim_end();
+    let words = (line.split_whitespace())
+        .filter(|w| {
+            let w = w.trim_end_matches([',', ';', '.', ':']);
+            w.len() >= 2 && w.chars().all(char::is_alphabetic)
+        })
+        .count();
+    body.ends_with([')', ']', '"', '\''])
+        || [" = ", " += ", "(\"", "\" + "]
+            .iter()
+            .any(|m| line.contains(m))
+        || words < 4
 }
 
 /// A setting's key (`max_pool` of `max_pool=103`), lower-cased; `None` for another
