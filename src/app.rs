@@ -20,7 +20,7 @@ use crate::store::{SharedStore, is_unreachable};
 use crate::summarizer::Summarizer;
 use crate::transport::in_process::Incoming;
 use crate::transport::jetstream::{self, JobServer};
-use crate::transport::{self, InProcessServer, Server};
+use crate::transport::{self, InProcessServer, Server, Serves};
 use crate::worker::{Policy, Worker};
 use crate::{http, llm};
 
@@ -212,31 +212,48 @@ impl Application {
         } else {
             None
         };
+        let server = |subscriber, serves| Server {
+            client: client.clone(),
+            subscriber,
+            worker: self.worker.clone(),
+            health: self.health.clone(),
+            concurrency: settings.concurrency,
+            shutdown_grace: settings.shutdown_grace,
+            serves,
+        };
         let requests = if transport.serves_requests() {
             let subscriber = client
                 .queue_subscribe(settings.subject.clone(), settings.queue_group.clone())
                 .await
                 .context("subscribing")?;
-            // The server has the subscription once the flush returns: events sent from
-            // now on reach this worker.
-            client.flush().await.context("subscribing")?;
-            Some(Server {
-                client: client.clone(),
-                subscriber,
-                worker: self.worker.clone(),
-                health: self.health.clone(),
-                concurrency: settings.concurrency,
-                shutdown_grace: settings.shutdown_grace,
-            })
+            Some(server(subscriber, Serves::Turns))
         } else {
             None
         };
+        // Recall is a request whatever the transport of turns: every worker serves it.
+        let recalls = client
+            .queue_subscribe(
+                settings.recall_subject.clone(),
+                settings.queue_group.clone(),
+            )
+            .await
+            .context("subscribing to recall requests")?;
+        // A search holds a database connection for up to 3 s (a very large archive): at
+        // most a quarter of the pool's connections, so that turns always find theirs.
+        let recalls = Server {
+            concurrency: recall_concurrency(settings.database_max_connections),
+            ..server(recalls, Serves::Recalls)
+        };
+        // The server has the subscriptions once the flush returns: requests sent from now
+        // on reach this worker.
+        client.flush().await.context("subscribing")?;
         self.health.set_subscribed(client.clone());
         tracing::info!(
             worker = self.worker.id(),
             store = %self.store.backend(),
             transport = transport.as_str(),
             subject = %settings.subject,
+            recall_subject = %settings.recall_subject,
             queue_group = %settings.queue_group,
             jobs = %settings.jobs.stream_subjects(),
             concurrency = settings.concurrency,
@@ -252,7 +269,7 @@ impl Application {
                 server.run(shutdown.clone()).await;
             }
         };
-        tokio::join!(serve_requests, serve_jobs);
+        tokio::join!(serve_requests, serve_jobs, recalls.run(shutdown.clone()));
         // Compactions whose events were abandoned give their leases back.
         self.worker
             .abandon_compactions(transport::ABANDON_WAIT)
@@ -346,4 +363,12 @@ impl Application {
             }
         }
     }
+}
+
+/// How many recall requests a worker answers at once: a quarter of its database
+/// connections, at least one.
+fn recall_concurrency(database_max_connections: u32) -> usize {
+    usize::try_from(database_max_connections / 4)
+        .unwrap_or(usize::MAX)
+        .max(1)
 }

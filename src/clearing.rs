@@ -70,11 +70,11 @@ impl Clearing {
 }
 
 /// The placeholder a cleared result of `tool` of `chars` chars at `seq` holds: it says
-/// what was there, and where the original is.
+/// what was there, and how to get it back (a recall of that seq, docs/protocol.md).
 pub fn placeholder(tool: &str, chars: i64, seq: i64) -> String {
     format!(
-        "{PLACEHOLDER_START}: {chars} chars of {tool} output were here; the original is \
-         archived as message seq {seq}]"
+        "{PLACEHOLDER_START}: {chars} chars of {tool} output were here; recall seq {seq} \
+         for the original]"
     )
 }
 

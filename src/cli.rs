@@ -98,6 +98,26 @@ enum Command {
         #[arg(long)]
         apply: bool,
     },
+    /// Search what compaction archived from a session (`recall <session> <query>`), or
+    /// fetch archived messages by seq (`recall <session> --seq N`), as the agent's recall
+    /// requests do; read from the database, no worker needed.
+    Recall {
+        session_id: String,
+        /// Words or identifiers to search for (terms of 3 chars or more).
+        query: Option<String>,
+        /// Fetch this archived message (repeatable) instead of searching.
+        #[arg(long = "seq", conflicts_with = "query")]
+        seqs: Vec<i64>,
+        /// How many results a search returns, at most 50.
+        #[arg(long, default_value_t = summarizer_client::recall::DEFAULT_LIMIT)]
+        limit: usize,
+        /// Each result's content is cut at this many chars, at most 20000.
+        #[arg(long, default_value_t = summarizer_client::recall::DEFAULT_MAX_CHARS)]
+        max_chars: usize,
+        /// Print the reply as the recall subject answers it, in JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Send one turn-starting request and print the reply (compacts by hand).
     Turn {
         session_id: String,
@@ -295,6 +315,27 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Repair { apply } => print!("{}", repair(store(&settings)?.as_ref(), apply).await?),
+        Command::Recall {
+            session_id,
+            query,
+            seqs,
+            limit,
+            max_chars,
+            json,
+        } => {
+            let request = match query {
+                Some(query) => summarizer_client::RecallRequest {
+                    max_chars,
+                    ..summarizer_client::RecallRequest::search(session_id, query, limit)
+                },
+                None => summarizer_client::RecallRequest {
+                    max_chars,
+                    ..summarizer_client::RecallRequest::seqs(session_id, seqs)
+                },
+            };
+            let reply = crate::recall::answer(store(&settings)?.as_ref(), &request.encode()).await;
+            return print_recall(&reply, json);
+        }
         Command::Turn {
             session_id,
             timeout_ms,
@@ -309,6 +350,54 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
         Command::DeadLetters { action } => return dead_letters(&settings, action).await,
         Command::Demo(args) => demo::run(settings, args).await?,
         Command::Eval(args) => crate::eval::run(settings, args).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a recall reply: as JSON, or each result under a line that says what it is.
+/// Exit 0 with results or none, 64 (usage) for a request the recall refused, 1 when the
+/// store failed.
+fn print_recall(reply: &summarizer_client::RecallReply, json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string(reply)?);
+    }
+    match reply.status.as_str() {
+        "ok" => {}
+        "rejected" => {
+            eprintln!(
+                "summarizer: recall: {}",
+                reply.message.as_deref().unwrap_or_default()
+            );
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+        _ => {
+            eprintln!(
+                "summarizer: recall failed: {}",
+                reply.message.as_deref().unwrap_or_default()
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    if !json {
+        if reply.results.is_empty() {
+            println!("nothing archived matches");
+        }
+        for r in &reply.results {
+            let tool = r
+                .tool_name
+                .as_deref()
+                .map(|t| format!(" {t}"))
+                .unwrap_or_default();
+            println!(
+                "--- seq {} ({}{tool}), compaction {}, archived {}{}",
+                r.seq,
+                r.role,
+                r.compaction_id,
+                r.archived_at,
+                if r.truncated { ", cut" } else { "" }
+            );
+            println!("{}", r.content);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

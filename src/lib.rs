@@ -32,7 +32,8 @@
 //! - [`store`]: the `Store` interface and its two backends, Postgres and SQLite: counters,
 //!   the lease, the fenced commit, the aggregates.
 //! - [`health`]: readiness; [`worker`]: one event start to finish
-//!   ([`worker::Worker::process`]).
+//!   ([`worker::Worker::process`]); [`recall`]: a recall request, answered from the
+//!   session's archive.
 //! - [`transport`]: how events arrive: core NATS requests on the queue group, bounded,
 //!   with drain on shutdown ([`transport::requests`]), and durable jobs on JetStream
 //!   ([`transport::jetstream`]).
@@ -68,6 +69,7 @@ pub mod overrides;
 pub mod planner;
 pub mod prompt;
 pub mod protocol;
+pub mod recall;
 pub mod store;
 pub mod summarizer;
 pub mod summary;

@@ -195,6 +195,11 @@ impl Worker {
         &self.metrics
     }
 
+    /// The store this worker compacts in (recall requests read its archive).
+    pub fn store(&self) -> &SharedStore {
+        &self.store
+    }
+
     /// Answers one event. The cheap part (the counters) runs on the caller's task; a
     /// compaction runs as a task of its own (see `Worker::compact_in_task`).
     pub async fn process(self: &Arc<Self>, event: &Event) -> Processed {
@@ -598,7 +603,7 @@ impl Worker {
         let (summary, text, facts) = self.check_facts(rid, plan, facts, first, retry_by).await;
         Ok(Written {
             summary,
-            text,
+            text: with_recall_note(text, &plan.removed_seqs),
             facts,
         })
     }
@@ -708,7 +713,24 @@ impl Worker {
     }
 }
 
-/// How [`Worker::decide_on`] answered.
+/// `summary` with a last line that tells the model reading it that the messages it
+/// replaced are archived and can be recalled (docs/protocol.md, "Recall"): their number
+/// and seqs, which a fetch names. The template's sections come first, untouched.
+pub fn with_recall_note(summary: String, removed_seqs: &[i64]) -> String {
+    let (Some(first), Some(last)) = (removed_seqs.first(), removed_seqs.last()) else {
+        return summary;
+    };
+    format!(
+        "{summary}\n\n{RECALL_NOTE_START} the {} messages this summary replaced (seq {first} to \
+         {last}) are archived: search them, or fetch one by its seq, with recall.]",
+        removed_seqs.len()
+    )
+}
+
+/// How the recall note of a summary starts.
+pub const RECALL_NOTE_START: &str = "[Recall:";
+
+/// How [`Worker::decide_on`] answered./// How [`Worker::decide_on`] answered.
 enum Decided {
     Done(Outcome),
     /// A pending summary was written (`SUMMARIZATION_PRECOMPUTE_AT`).

@@ -59,7 +59,7 @@ fn clears_the_oldest_results_until_the_session_is_at_its_keep() {
     let c = &clearing.cleared[0];
     assert_eq!(
         c.placeholder,
-        "[tool output cleared: 5000 chars of get_logs output were here; the original is archived as message seq 3]"
+        "[tool output cleared: 5000 chars of get_logs output were here; recall seq 3 for the original]"
     );
     assert_eq!(c.saved, 5_000 - char_count(&c.placeholder));
     let mut after = messages.clone();

@@ -94,6 +94,8 @@ pub struct Settings {
     pub nats_url: Secret,
     pub nats_auth: NatsAuth,
     pub subject: String,
+    /// `NATS_RECALL_SUBJECT`: where recall requests are served.
+    pub recall_subject: String,
     pub queue_group: String,
     /// `TRANSPORT` and the JetStream job queue's settings.
     pub jobs: Jobs,
@@ -172,6 +174,7 @@ impl Settings {
             nats_url: nats.url,
             nats_auth: nats.auth,
             subject: nats.subject,
+            recall_subject: nats.recall_subject,
             queue_group: nats.queue_group,
             jobs,
             concurrency: fleet.concurrency,

@@ -87,6 +87,30 @@ impl Settings {
                 ),
             );
         }
+        // Turns and recalls are told apart by subject: one subject for both would send a
+        // recall to the turn handler (rejected) and a turn to the recall handler.
+        if self.recall_subject == self.subject {
+            return fail(
+                &NATS_RECALL_SUBJECT,
+                format!("must differ from NATS_SUBJECT ({})", self.subject),
+            );
+        }
+        if self.jobs.transport.serves_jobs()
+            && summarizer_client::jobs::subjects_overlap(
+                &self.jobs.stream_subjects(),
+                &self.recall_subject,
+            )
+        {
+            return fail(
+                &JETSTREAM_SUBJECT_PREFIX,
+                format!(
+                    "the job stream's subjects {} overlap NATS_RECALL_SUBJECT ({}): the stream \
+                     would answer recalls with its publish acks; choose a prefix apart from it",
+                    self.jobs.stream_subjects(),
+                    self.recall_subject
+                ),
+            );
+        }
         if self.failure_backoff_max < self.failure_backoff {
             return fail(
                 &FAILURE_BACKOFF_MAX_MS,

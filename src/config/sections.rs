@@ -107,6 +107,7 @@ pub(super) struct Nats {
     pub url: Secret,
     pub auth: NatsAuth,
     pub subject: String,
+    pub recall_subject: String,
     pub queue_group: String,
 }
 
@@ -136,6 +137,7 @@ impl Nats {
                 tls_required: raw.parse(&NATS_TLS_REQUIRED)?,
             },
             subject: raw.non_empty(&NATS_SUBJECT)?,
+            recall_subject: raw.non_empty(&NATS_RECALL_SUBJECT)?,
             queue_group: raw.non_empty(&NATS_QUEUE_GROUP)?,
         })
     }

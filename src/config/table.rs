@@ -197,6 +197,13 @@ pub const NATS_SUBJECT: Setting = setting(
     Plain,
     |s| s.subject.clone(),
 );
+pub const NATS_RECALL_SUBJECT: Setting = setting(
+    "NATS_RECALL_SUBJECT",
+    "summarizer.recall",
+    "the subject agents send recall requests to (search and fetch what compaction archived)",
+    Plain,
+    |s| s.recall_subject.clone(),
+);
 pub const NATS_QUEUE_GROUP: Setting = setting(
     "NATS_QUEUE_GROUP",
     "summarizer-workers",
@@ -482,6 +489,7 @@ pub const SETTINGS: &[Setting] = &[
     NATS_TLS_KEY_FILE,
     NATS_TLS_REQUIRED,
     NATS_SUBJECT,
+    NATS_RECALL_SUBJECT,
     NATS_QUEUE_GROUP,
     TRANSPORT,
     JETSTREAM_STREAM,

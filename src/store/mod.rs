@@ -38,11 +38,12 @@ pub use batch::CounterReader;
 pub use model::{
     Applied, ClearedRow, CommitError, Committed, CompactionView, CountedAt, CounterDrift, Counters,
     Day, DeadLetter, Discard, Finding, Invariant, Loaded, NewDeadLetter, NewSummary, Pruned,
-    RestoreError, Restored, Saved, SessionCounts, SessionView, SettingsError, Stats, StatsReport,
-    StoreError, Totals, is_unreachable,
+    RecallQuery, RestoreError, Restored, Saved, SessionCounts, SessionView, SettingsError, Stats,
+    StatsReport, StoreError, Totals, is_unreachable,
 };
-pub use postgres::PgStore;
+pub use postgres::{PgStore, RecallBudget};
 pub use sqlite::SqliteStore;
+pub use summarizer_client::Recalled;
 
 /// A store shared by every task of a worker.
 pub type SharedStore = Arc<dyn Store>;
@@ -253,6 +254,18 @@ pub trait Store: Send + Sync + fmt::Debug {
         older_than: Duration,
         dry_run: bool,
     ) -> Result<Pruned, StoreError>;
+
+    // Recall (`recall.rs`): the agent's own archive.
+
+    /// The archived messages of `session_id` that `query` asks for, each cut at
+    /// `max_chars` chars: a search's best first, a fetch's in seq order. Never another
+    /// session's rows.
+    async fn recall(
+        &self,
+        session_id: &str,
+        query: &RecallQuery,
+        max_chars: usize,
+    ) -> Result<Vec<Recalled>, StoreError>;
 
     // Settings (`settings.rs`).
 

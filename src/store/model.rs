@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use summarizer_client::Recalled;
 
 use crate::fact_check::Figures;
 use crate::message::{Message, Role};
@@ -305,6 +306,44 @@ pub struct ClearedRow {
     pub placeholder: String,
     /// Its chars less the placeholder's.
     pub saved: i64,
+}
+
+/// What a recall asks of a session's archive (`crate::recall` makes it from a request).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecallQuery {
+    /// The archived messages holding any of `terms` (case-insensitive substrings, each of
+    /// 3 chars or more), at most `limit`, best first.
+    Search { terms: Vec<String>, limit: usize },
+    /// The archived messages of these seqs, in seq order.
+    Seqs(Vec<i64>),
+}
+
+/// A recalled row as both backends select it.
+#[derive(sqlx::FromRow)]
+pub(super) struct RecalledRow {
+    pub(super) seq: i64,
+    role: String,
+    tool_call_id: Option<String>,
+    content: Option<String>,
+    truncated: bool,
+    compaction_id: i64,
+    archived_at: String,
+    tool_name: Option<String>,
+}
+
+impl From<RecalledRow> for Recalled {
+    fn from(row: RecalledRow) -> Self {
+        Self {
+            seq: row.seq,
+            role: row.role,
+            tool_name: row.tool_name,
+            tool_call_id: row.tool_call_id,
+            content: row.content.unwrap_or_default(),
+            truncated: row.truncated,
+            compaction_id: row.compaction_id,
+            archived_at: row.archived_at,
+        }
+    }
 }
 
 /// A compaction written by [`Store::commit`](crate::store::Store::commit).

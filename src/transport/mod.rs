@@ -27,7 +27,7 @@ use crate::worker::{Event, Processed, Worker, new_request_id};
 
 pub use in_process::InProcessServer;
 pub use jetstream::JobServer;
-pub use requests::Server;
+pub use requests::{Server, Serves};
 
 /// Flushes the replies, unless NATS is unreachable: a flush would then wait for a
 /// reconnection that may never come, and the replies are lost anyway.

@@ -26,6 +26,17 @@ pub struct Server {
     pub health: Arc<Health>,
     pub concurrency: usize,
     pub shutdown_grace: Duration,
+    /// What the subscription's requests are.
+    pub serves: Serves,
+}
+
+/// The requests a [`Server`] answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serves {
+    /// Turn-starting requests (`NATS_SUBJECT`).
+    Turns,
+    /// Recall requests (`NATS_RECALL_SUBJECT`), answered from the store alone.
+    Recalls,
 }
 
 impl Server {
@@ -63,7 +74,7 @@ impl Server {
             tokio::select! {
                 Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
                 step = next_step(&mut self.subscriber, unsubscribe), if subscribed && (room || unsubscribe) => match step {
-                    Step::Event(Some(message)) => in_flight.push(handle(self.worker.clone(), self.client.clone(), message)),
+                    Step::Event(Some(message)) => in_flight.push(handle(self.worker.clone(), self.client.clone(), message, self.serves)),
                     // Drained (or the connection closed for good).
                     Step::Event(None) => {
                         subscribed = false;
@@ -166,13 +177,21 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
-/// Answers one event and publishes the reply. Never panics on input: a bad request gets a
-/// `rejected` reply and the loop goes on.
-async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Message) {
-    let reply = super::answer(&worker, &message.payload).await;
+/// Answers one request and publishes the reply. Never panics on input: a bad request
+/// gets a `rejected` reply and the loop goes on.
+async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Message, serves: Serves) {
+    let reply = match serves {
+        Serves::Turns => super::answer(&worker, &message.payload).await.encode(),
+        Serves::Recalls => {
+            let _in_flight = worker.metrics().in_flight();
+            crate::recall::answer(worker.store().as_ref(), &message.payload)
+                .await
+                .encode()
+        }
+    };
     // A request without a reply subject was fire-and-forget: processed, not answered.
     if let Some(to) = message.reply
-        && let Err(e) = client.publish(to, reply.encode().into()).await
+        && let Err(e) = client.publish(to, reply.into()).await
     {
         tracing::warn!(error = %e, "could not publish the reply");
     }

@@ -165,9 +165,11 @@ async fn a_two_megabyte_old_part_is_summarized_in_chunks_within_the_budget() {
         .map(|m| tokens::count(m.content.as_deref().unwrap_or("")))
         .sum();
     assert_eq!(metadata["tokens_removed"].as_u64(), Some(removed as u64));
+    let written = app.messages("s").await.remove(0).content.unwrap();
+    assert!(written.starts_with(SUMMARY), "{written}");
     assert_eq!(
         metadata["summary_tokens"].as_u64(),
-        Some(tokens::count(SUMMARY) as u64)
+        Some(tokens::count(&written) as u64)
     );
     let stats = app.stats().await;
     assert_eq!(

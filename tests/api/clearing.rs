@@ -37,7 +37,7 @@ fn output(name: &str, chars: usize) -> String {
 
 fn placeholder_of(tool: &str, chars: i64, seq: i64) -> String {
     format!(
-        "[tool output cleared: {chars} chars of {tool} output were here; the original is archived as message seq {seq}]"
+        "[tool output cleared: {chars} chars of {tool} output were here; recall seq {seq} for the original]"
     )
 }
 

@@ -31,11 +31,20 @@ async fn a_session_over_the_threshold_is_compacted_and_nothing_is_lost() {
         Some(archived.iter().map(|m| m.chars).sum())
     );
     assert_eq!(reply.messages_kept, Some(after.len() as i64 - 1));
-    assert_eq!(reply.summary_chars, Some(SUMMARY.chars().count() as i64));
-    // The system message stays first; the summary comes before every kept message.
+    // The system message stays first; the summary comes before every kept message, and
+    // ends with a note that says what was archived and how to recall it.
     assert_eq!(after[0], original[0]);
     assert!(after[1].is_summary && after[1].role == "user");
-    assert_eq!(after[1].content.as_deref(), Some(SUMMARY));
+    let written = after[1].content.as_deref().unwrap();
+    let (first, last) = (archived[0].seq, archived[archived.len() - 1].seq);
+    assert_eq!(
+        written,
+        format!(
+            "{SUMMARY}\n\n[Recall: the {} messages this summary replaced (seq {first} to {last}) are archived: search them, or fetch one by its seq, with recall.]",
+            archived.len()
+        )
+    );
+    assert_eq!(reply.summary_chars, Some(written.chars().count() as i64));
     assert!(after[2..].iter().all(|m| !m.is_summary));
     assert_eq!(
         after[2].role, "user",

@@ -157,11 +157,11 @@ pub async fn removed_facts(app: &TestApp, session: &str) -> FactSet {
     FactSet::of_messages(&old)
 }
 
-/// The session's summary, as written.
+/// The session's summary, as the summarizer wrote it (without the recall note).
 pub async fn written_summary(app: &TestApp, session: &str) -> String {
     let messages = app.messages(session).await;
     assert!(messages[0].is_summary, "{messages:?}");
-    messages[0].content.clone().unwrap()
+    crate::helpers::without_note(messages[0].content.as_deref().unwrap()).to_owned()
 }
 
 /// `(facts_total, facts_kept, facts_stated)` of a usage event's metadata.

@@ -18,6 +18,7 @@ use summarizer::health::Health;
 use summarizer::protocol::Reply;
 use summarizer::store::{Backend, SharedStore};
 use summarizer::summarizer::Summarizer;
+use summarizer_client::RecallClient;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -72,17 +73,26 @@ pub struct TestApp {
     /// The first in-process worker's HTTP address.
     pub http_addr: Option<SocketAddr>,
     pub client: TurnClient,
+    /// Recall requests to this test's workers.
+    pub recall: RecallClient,
     /// The settings every worker of this test starts from.
     env: HashMap<String, String>,
     workers: Vec<(CancellationToken, JoinHandle<anyhow::Result<()>>)>,
 }
 
 /// The environment a test worker runs with; tests override single entries.
+/// The recall subject of a test whose turn subject is `subject`: its own, as the turn
+/// subject is, so that no other test's worker (on the same queue group) answers it.
+pub fn recall_subject(subject: &str) -> String {
+    format!("{}.recall", subject.trim_end_matches(".turn.starting"))
+}
+
 pub fn test_env(database_url: &str, subject: &str, llm_url: &str) -> HashMap<String, String> {
     [
         ("DATABASE_URL", database_url),
         ("NATS_URL", NATS_URL),
         ("NATS_SUBJECT", subject),
+        ("NATS_RECALL_SUBJECT", &recall_subject(subject)),
         ("SUMMARIZATION_THRESHOLD_CHARS", "3000"),
         ("SUMMARIZATION_KEEP_CHARS", "1000"),
         ("HTTP_ADDR", "127.0.0.1:0"),
@@ -134,12 +144,18 @@ pub async fn setup(overrides: &[(&str, &str)]) -> TestApp {
         .expect("a database URL");
     store.migrate().await.expect("migrations");
     let nats = async_nats::connect(NATS_URL).await.expect("NATS");
+    // Recall goes to the workers' own NATS (a private one, for the job tests).
+    let recall_nats = match env["NATS_URL"].as_str() {
+        NATS_URL => nats.clone(),
+        other => async_nats::connect(other).await.expect("the workers' NATS"),
+    };
     TestApp {
         db,
         store,
         database_url,
         llm,
         http_addr: None,
+        recall: RecallClient::new(recall_nats, recall_subject(&subject)),
         client: TurnClient::new(nats, subject),
         env,
         workers: Vec::new(),
@@ -227,6 +243,14 @@ pub fn unique_database_name() -> String {
 
 pub fn unique_subject() -> String {
     format!("test.{:016x}.turn.starting", fastrand::u64(..))
+}
+
+/// A written summary without its recall note (`worker::with_recall_note`): what the
+/// summarizer wrote.
+pub fn without_note(written: &str) -> &str {
+    written
+        .split_once(&format!("\n\n{}", summarizer::worker::RECALL_NOTE_START))
+        .map_or(written, |(summary, _)| summary)
 }
 
 /// Deterministic filler text of exactly `n` characters.

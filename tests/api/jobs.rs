@@ -496,3 +496,29 @@ async fn a_nightly_job_reusing_its_request_id_is_processed_after_a_failure() {
     assert_ne!(job_ids[0], job_ids[1], "each job records its own identity");
     assert!(app.check().await.is_clean());
 }
+
+/// Recall is a request whatever the transport of turns: a worker that only pulls jobs
+/// serves it too.
+#[tokio::test]
+async fn a_worker_that_only_pulls_jobs_serves_recall() {
+    let nats = jetstream_server().await;
+    let mut app = jobs_app(&nats, &[]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    create_stream(&app, &client).await;
+    app.append_turns("s", 5).await;
+    app.start_worker(&[]).await;
+    let publisher = JobPublisher::new(client.clone(), PREFIX);
+    publisher.compact("s", Some("recall-test")).await.unwrap();
+    until_stream_empty(&client).await;
+    assert_eq!(compactions(&app, "s").await, 1);
+
+    let found = app
+        .recall
+        .search("s", "pool exhausted", 3, Duration::from_secs(10))
+        .await
+        .unwrap();
+
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found.iter().all(|r| r.content.contains("pool exhausted")));
+}

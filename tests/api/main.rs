@@ -39,6 +39,7 @@ mod outages;
 mod precompute;
 mod process;
 mod providers;
+mod recall;
 mod rejects;
 mod secrets;
 mod settings;

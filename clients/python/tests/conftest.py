@@ -67,11 +67,15 @@ class Worker:
 
     def __init__(self, database_url: str, **overrides: str) -> None:
         self.subject = unique_subject()
+        # Every worker serves recall on one queue group: a subject of its own, so that no
+        # other test's worker (on another database) answers this one's recalls.
+        self.recall_subject = self.subject.replace(".turn.starting", ".recall")
         env = {
             **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "RUST_BACKTRACE")},
             "DATABASE_URL": database_url,
             "NATS_URL": NATS_URL,
             "NATS_SUBJECT": self.subject,
+            "NATS_RECALL_SUBJECT": self.recall_subject,
             "SUMMARIZATION_THRESHOLD_CHARS": str(THRESHOLD),
             "SUMMARIZATION_KEEP_CHARS": str(KEEP),
             "LLM_PROVIDER": "extractive",
@@ -156,7 +160,11 @@ def worker(database_url: str) -> Iterator[Worker]:
 @pytest_asyncio.fixture
 async def client(worker: Worker, database_url: str) -> AsyncIterator[SummarizerClient]:
     async with SummarizerClient(
-        nats_url=NATS_URL, database_url=database_url, subject=worker.subject, timeout=10.0
+        nats_url=NATS_URL,
+        database_url=database_url,
+        subject=worker.subject,
+        recall_subject=worker.recall_subject,
+        timeout=10.0,
     ) as connected:
         yield connected
 

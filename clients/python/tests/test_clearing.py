@@ -5,6 +5,7 @@ for its session): nothing new in the client, and the next model call gets each c
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 from langchain.agents import create_agent
@@ -20,6 +21,9 @@ from conftest import rows, session_id, sql
 from summarizer_client import SummarizerClient, SummarizerMiddleware
 
 PLACEHOLDER = "[tool output cleared:"
+PLACEHOLDER_SHAPE = re.compile(
+    r"\[tool output cleared: 2360 chars of dump_logs output were here; recall seq (\d+) for the original\]"
+)
 _ids = itertools.count()
 
 
@@ -92,22 +96,32 @@ async def test_a_cleared_tool_message_reaches_the_model_as_a_placeholder_still_p
     assert cleared_inputs, "no model call saw a cleared result"
     for seen in model.seen:
         assert_pair_safe(seen)
-    last = model.seen[-1]
-    results = [m for m in last if isinstance(m, ToolMessage)]
-    # The newest result is whole; every older one is a placeholder naming its size.
-    assert len(results) >= 2, last
-    assert str(results[-1].content).startswith("14:01:07 ERROR")
-    assert all(str(m.content).startswith(PLACEHOLDER + " 2360 chars of dump_logs output") for m in results[:-1])
+    # In each call that saw one, the newest result is whole and every older one a
+    # placeholder naming its size and the seq to recall its original by.
+    recall_seqs: set[int] = set()
+    for seen in cleared_inputs:
+        results = [m for m in seen if isinstance(m, ToolMessage)]
+        assert len(results) >= 2, seen
+        assert str(results[-1].content).startswith("14:01:07 ERROR")
+        for m in results[:-1]:
+            named = PLACEHOLDER_SHAPE.fullmatch(str(m.content))
+            assert named, m.content
+            recall_seqs.add(int(named.group(1)))
     # The table holds placeholders; the archive holds the dump of every one of them (and
     # of each a summary later removed, archived then as its placeholder).
     stored = [r for r in rows(database_url, "messages", session) if r["role"] == "tool"]
     archived = [r for r in rows(database_url, "archived_messages", session) if r["role"] == "tool"]
     assert [r["content"][: len(PLACEHOLDER)] for r in stored[:-1]] == [PLACEHOLDER] * (len(stored) - 1)
+    # A placeholder names its own seq: the original is archived under it.
+    for r in stored[:-1]:
+        named = PLACEHOLDER_SHAPE.fullmatch(r["content"])
+        assert named and int(named.group(1)) == r["seq"], r
     dumps = {r["seq"] for r in archived if r["content"].startswith("14:01:07 ERROR")}
     placeholders = {r["seq"] for r in stored + archived if r["content"].startswith(PLACEHOLDER)}
     assert placeholders and placeholders <= dumps, (placeholders, dumps)
+    # Each placeholder's seq is one whose original dump the archive holds.
+    assert recall_seqs <= dumps, (recall_seqs, dumps)
     # The state the agent keeps is the table's.
     state = (await agent.aget_state(config)).values["messages"]
-    assert [str(m.content)[: len(PLACEHOLDER)] for m in state if isinstance(m, ToolMessage)][:-1] == [
-        PLACEHOLDER
-    ] * (len(results) - 1)
+    kept = [str(m.content) for m in state if isinstance(m, ToolMessage)]
+    assert [c[: len(PLACEHOLDER)] for c in kept[:-1]] == [PLACEHOLDER] * (len(kept) - 1)

@@ -12,11 +12,14 @@
 //!   answer is "proceed".
 //! - [`jobs`]: [`JobPublisher`], which publishes the same request as a durable job to
 //!   the fleet's JetStream work queue.
+//! - [`recall`]: the request and reply on the recall subject, and [`RecallClient`], with
+//!   which an agent searches and fetches what compaction archived.
 
 pub mod client;
 pub mod jobs;
 pub mod outcome;
 pub mod protocol;
+pub mod recall;
 
 use std::hash::{BuildHasher, Hasher};
 
@@ -24,6 +27,7 @@ pub use client::{Decision, TurnClient};
 pub use jobs::{JobPublisher, Published, job_subject};
 pub use outcome::{Compaction, Outcome, Reason, Status};
 pub use protocol::{InvalidRequest, Overrides, Reply, Request};
+pub use recall::{RecallClient, RecallError, RecallReply, RecallRequest, Recalled, Wanted};
 
 /// A request id for the logs: 8 hex digits, random enough to tell events apart.
 pub fn new_request_id() -> String {

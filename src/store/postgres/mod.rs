@@ -21,8 +21,9 @@ use sqlx::{ConnectOptions, Connection, PgPool};
 
 use super::{
     Applied, Backend, CommitError, Committed, CountedAt, CounterDrift, Counters, DeadLetter,
-    Finding, Invariant, Loaded, NewDeadLetter, NewSummary, Pruned, RestoreError, Restored, Saved,
-    SessionView, SettingsError, StatsReport, Store, StoreError, Totals,
+    Finding, Invariant, Loaded, NewDeadLetter, NewSummary, Pruned, RecallQuery, Recalled,
+    RestoreError, Restored, Saved, SessionView, SettingsError, StatsReport, Store, StoreError,
+    Totals,
 };
 use crate::config::Limits;
 use crate::message::Message;
@@ -70,6 +71,8 @@ mod counters;
 mod dead_letters;
 mod invariants;
 mod pending;
+mod recall;
+pub use recall::RecallBudget;
 mod restore;
 mod settings;
 mod stats;
@@ -293,6 +296,15 @@ impl Store for PgStore {
         dry_run: bool,
     ) -> Result<Pruned, StoreError> {
         PgStore::prune_archive(self, older_than, dry_run).await
+    }
+
+    async fn recall(
+        &self,
+        session_id: &str,
+        query: &RecallQuery,
+        max_chars: usize,
+    ) -> Result<Vec<Recalled>, StoreError> {
+        PgStore::recall(self, session_id, query, max_chars).await
     }
 
     async fn session_settings(&self, session_id: &str) -> Result<SessionSettings, StoreError> {

@@ -27,8 +27,9 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::{
     Applied, Backend, CommitError, Committed, CountedAt, CounterDrift, Counters, DeadLetter,
-    Finding, Invariant, Loaded, NewDeadLetter, NewSummary, Pruned, RestoreError, Restored, Saved,
-    SessionView, SettingsError, StatsReport, Store, StoreError, Totals,
+    Finding, Invariant, Loaded, NewDeadLetter, NewSummary, Pruned, RecallQuery, Recalled,
+    RestoreError, Restored, Saved, SessionView, SettingsError, StatsReport, Store, StoreError,
+    Totals,
 };
 use crate::config::Limits;
 use crate::message::Message;
@@ -238,6 +239,7 @@ mod counters;
 mod dead_letters;
 mod invariants;
 mod pending;
+mod recall;
 mod restore;
 mod settings;
 mod stats;
@@ -381,6 +383,15 @@ impl Store for SqliteStore {
         dry_run: bool,
     ) -> Result<Pruned, StoreError> {
         SqliteStore::prune_archive(self, older_than, dry_run).await
+    }
+
+    async fn recall(
+        &self,
+        session_id: &str,
+        query: &RecallQuery,
+        max_chars: usize,
+    ) -> Result<Vec<Recalled>, StoreError> {
+        SqliteStore::recall(self, session_id, query, max_chars).await
     }
 
     async fn session_settings(&self, session_id: &str) -> Result<SessionSettings, StoreError> {

@@ -1,0 +1,106 @@
+//! Recall requests (`summarizer.recall`, docs/protocol.md, "Recall"): an agent searches
+//! what compaction archived from its own session, or fetches it by seq. The request is
+//! validated by the client crate's [`RecallRequest`]; a search's text is cut into terms
+//! here, and each term is matched as text by the store, never read as query syntax.
+
+use crate::store::{RecallQuery, Store};
+use summarizer_client::{InvalidRequest, RecallReply, RecallRequest, Wanted};
+
+/// A term must be at least this long to be searched: the stores' trigram indexes can
+/// find nothing shorter.
+pub const MIN_TERM_CHARS: usize = 3;
+
+/// A search takes at most this many terms (the first).
+pub const MAX_TERMS: usize = 16;
+
+/// The terms of a search: its words and identifiers as written (split at whitespace),
+/// without the quotes, brackets and sentence punctuation around them (`"E-5417",` is
+/// `E-5417`; `10.43.7.217:6432` and `/etc/svc/conf.d/003-pool.yaml` stay whole),
+/// lower-cased, each once, shorter ones than [`MIN_TERM_CHARS`] left out.
+pub fn terms(query: &str) -> Vec<String> {
+    let mut terms: Vec<String> = Vec::new();
+    for word in query.split_whitespace() {
+        let word = word
+            .trim_matches(|c: char| "\"'`()[]{}<>".contains(c))
+            .trim_end_matches(|c: char| ",;!?".contains(c))
+            .trim_end_matches('.')
+            .to_lowercase();
+        if word.chars().count() >= MIN_TERM_CHARS && !terms.contains(&word) {
+            terms.push(word);
+        }
+        if terms.len() == MAX_TERMS {
+            break;
+        }
+    }
+    terms
+}
+
+/// The reply to one recall request payload: `ok` with the results, `rejected` for a
+/// malformed request, `failed`/`store_error` when the store fails. Never panics on
+/// input.
+pub async fn answer(store: &dyn Store, payload: &[u8]) -> RecallReply {
+    let request = match RecallRequest::decode(payload) {
+        Ok(request) => request,
+        Err(invalid) => return RecallReply::rejected(&invalid),
+    };
+    let query = match &request.wanted {
+        Wanted::Search { query, limit } => {
+            let terms = terms(query);
+            if terms.is_empty() {
+                return RecallReply::rejected(&InvalidRequest(format!(
+                    "query holds no term of {MIN_TERM_CHARS} chars or more"
+                )));
+            }
+            RecallQuery::Search {
+                terms,
+                limit: *limit,
+            }
+        }
+        Wanted::Seqs(seqs) => RecallQuery::Seqs(seqs.clone()),
+    };
+    match store
+        .recall(&request.session_id, &query, request.max_chars)
+        .await
+    {
+        Ok(results) => RecallReply::ok(&request.session_id, results),
+        Err(e) => {
+            tracing::error!(
+                session_id = %request.session_id,
+                "recall: the store failed: {}",
+                crate::error_chain(&e)
+            );
+            RecallReply::store_error(&request.session_id, crate::error_chain(&e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terms_are_words_and_identifiers_as_written() {
+        assert_eq!(
+            terms(
+                "\"E-5417\", v4.12.6 (10.43.7.217:6432) pgbouncer-14 /etc/svc/conf.d/003-pool.yaml p99=2013ms."
+            ),
+            [
+                "e-5417",
+                "v4.12.6",
+                "10.43.7.217:6432",
+                "pgbouncer-14",
+                "/etc/svc/conf.d/003-pool.yaml",
+                "p99=2013ms"
+            ]
+        );
+        // Operators and SQL are text like any other; short words and repeats go.
+        assert_eq!(
+            terms("pool OR pool AND x' ; DROP TABLE messages; -- %_"),
+            ["pool", "and", "drop", "table", "messages"]
+        );
+        assert!(terms("a b c").is_empty());
+        assert_eq!(terms(&"word ".repeat(40)).len(), 1);
+        let many: String = (0..40).map(|n| format!("term{n} ")).collect();
+        assert_eq!(terms(&many).len(), MAX_TERMS);
+    }
+}
