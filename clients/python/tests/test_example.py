@@ -5,12 +5,20 @@ from __future__ import annotations
 import importlib.util
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
 from conftest import Worker, rows
+
+class ToolingFakeModel(GenericFakeChatModel):
+    """A scripted model that accepts the example's tools (and calls none)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolingFakeModel:  # type: ignore[override]
+        return self
+
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "agent.py"
 
@@ -23,9 +31,9 @@ async def test_the_example_runs_and_stores_the_conversation(
     assert spec and spec.loader
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    model = GenericFakeChatModel(messages=(AIMessage(content="Pool exhausted on db-7.") for _ in itertools.count()))
+    model = ToolingFakeModel(messages=(AIMessage(content="Pool exhausted on db-7.") for _ in itertools.count()))
 
-    await example.main(model=model, subject=worker.subject)
+    await example.main(model=model, subject=worker.subject, recall_subject=worker.recall_subject)
 
     assert capsys.readouterr().out.count("Pool exhausted on db-7.") == 2
     assert [r["role"] for r in rows(database_url, "messages", "incident-1204")] == ["user", "assistant"] * 2

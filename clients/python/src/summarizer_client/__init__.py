@@ -1,10 +1,11 @@
 """summarizer_client: a drop-in for LangGraph and LangChain agents that keeps their
 conversations inside the context window with the summarizer worker fleet.
 
-`SummarizerClient`, `Decision` and the durable jobs (`SummarizerClient.publish_job`,
-`job_subject`, `PublishedJob`, `JobNotStored`) need only the base install;
-`SummarizerMiddleware`, `maybe_summarize` and `summarizer_node` need the `[langchain]`
-extra.
+`SummarizerClient`, `Decision`, the durable jobs (`SummarizerClient.publish_job`,
+`job_subject`, `PublishedJob`, `JobNotStored`) and recall of what compactions archived
+(`SummarizerClient.recall`/`fetch`, `Recalled`, `RecallError`) need only the base
+install; `SummarizerMiddleware`, `maybe_summarize`, `summarizer_node` and `recall_tool`
+need the `[langchain]` extra.
 
 The messages live where the workers keep their sessions: their Postgres
 (`database_url="postgresql://..."`), or, for a deployment on one host, their SQLite file
@@ -17,19 +18,24 @@ from typing import TYPE_CHECKING, Any
 
 from .client import Decision, SummarizerClient
 from .jobs import JobNotStored, PublishedJob, job_subject
+from .recall import Recalled, RecallError
 
 if TYPE_CHECKING:
     from .graph import maybe_summarize, summarizer_node
     from .middleware import SummarizerMiddleware
+    from .tool import recall_tool
 
 __all__ = [
     "Decision",
     "JobNotStored",
     "PublishedJob",
+    "RecallError",
+    "Recalled",
     "SummarizerClient",
     "SummarizerMiddleware",
     "job_subject",
     "maybe_summarize",
+    "recall_tool",
     "summarizer_node",
 ]
 
@@ -40,6 +46,10 @@ def __getattr__(name: str) -> Any:
         from .middleware import SummarizerMiddleware
 
         return SummarizerMiddleware
+    if name == "recall_tool":
+        from .tool import recall_tool
+
+        return recall_tool
     if name in ("maybe_summarize", "summarizer_node"):
         from . import graph
 

@@ -34,6 +34,7 @@ from .jobs import (
     job_payload,
     job_subject,
 )
+from .recall import Recalled, RecallError, fetch_payload, read_reply, search_payload
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -80,7 +81,8 @@ class SummarizerClient:
     LangChain integrations) are disabled with a warning. Connections are opened by
     `connect()` (or on first use) and live on a private event-loop thread, so one client
     serves async and sync callers alike. `publish_job` publishes durable jobs to the
-    fleet's JetStream work queue.
+    fleet's JetStream work queue; `recall` and `fetch` read what compactions archived, on
+    `recall_subject`.
     """
 
     def __init__(
@@ -89,12 +91,14 @@ class SummarizerClient:
         database_url: str | None = None,
         subject: str = "summarizer.turn.starting",
         timeout: float = 5.0,
+        recall_subject: str = "summarizer.recall",
     ) -> None:
         self.nats_url = nats_url
         self.database_url = database_url or os.environ.get("DATABASE_URL")
         if self.database_url:
             check_url(self.database_url)
         self.subject = subject
+        self.recall_subject = recall_subject
         self.timeout = timeout
         self.warnings = Warnings()
         self._loop = LoopThread("summarizer-client")
@@ -209,6 +213,29 @@ class SummarizerClient:
                 session_id, msg_id, reply_to, threshold_chars, keep_chars, subject_prefix
             )
         )
+
+    async def recall(
+        self, session_id: str, query: str, limit: int = 5, *, max_chars: int | None = None
+    ) -> list[Recalled]:
+        """The archived messages of `session_id` (summarized or cleared away) that best
+        match `query`, at most `limit` (up to 50), best first: an identifier as written
+        (`E-5417`, `10.43.7.217:6432`) finds the messages holding it; words find the
+        messages with the most of them, the newest first among equals. Each `content` is
+        at most `max_chars` chars (4,000 by default, up to 20,000).
+
+        Raises `ValueError` for arguments the worker would refuse, and `RecallError` when
+        no answer comes within `timeout` seconds or the worker fails; the turn path's
+        fail-open does not apply, as the caller asked for the data."""
+        payload = search_payload(session_id, query, limit, max_chars)
+        return await self._loop.run(self._recall(payload))
+
+    async def fetch(
+        self, session_id: str, seqs: Sequence[int], *, max_chars: int | None = None
+    ) -> list[Recalled]:
+        """The archived messages of `session_id` with these seqs (up to 50), in seq order;
+        seqs that are not archived (or were pruned) are left out. Raises as `recall`."""
+        payload = fetch_payload(session_id, list(seqs), max_chars)
+        return await self._loop.run(self._recall(payload))
 
     def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
         """Runs one of this client's coroutines from sync code (internal)."""
@@ -376,6 +403,21 @@ class SummarizerClient:
         except Exception as e:  # noqa: BLE001 -- every failure is reported, never dropped
             raise not_stored(_oneline(e)) from e
         return PublishedJob(msg_id=key, sequence=int(ack.seq), duplicate=bool(ack.duplicate))
+
+    async def _recall(self, payload: bytes) -> list[Recalled]:
+        await self._ensure_connected()
+        nc = self._nats
+        if nc is None or not nc.is_connected:
+            raise RecallError("transport_error", f"not connected to NATS at {self.nats_url}")
+        try:
+            message = await nc.request(self.recall_subject, payload, timeout=self.timeout)
+        except nats.errors.NoRespondersError:
+            raise RecallError("no_responders", f"no worker is serving {self.recall_subject}") from None
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            raise RecallError("timeout", f"no answer within {self.timeout}s") from None
+        except Exception as e:  # noqa: BLE001 -- every failure is the caller's typed error
+            raise RecallError("transport_error", _oneline(e)) from e
+        return read_reply(message.data)
 
     def _require_store(self) -> Store:
         if self._store is None:

@@ -1,0 +1,223 @@
+"""Recall against the real worker: `client.recall`/`fetch` over what a compaction archived,
+their typed failures, and `recall_tool` in a LangChain agent whose scripted model asks
+for a fact the compaction took out of its context."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+import nats
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
+
+from agents import FILLER, assert_pair_safe
+from conftest import NATS_URL, Worker, rows, session_id, usage_events
+from summarizer_client import (
+    RecallError,
+    SummarizerClient,
+    SummarizerMiddleware,
+    recall_tool,
+)
+
+FACT = "E-5417"
+HOST = "10.43.7.217:6432"
+RECALL = "recall_earlier_conversation"
+_ids = itertools.count()
+
+
+@tool
+def read_pool_log(service: str) -> str:
+    """The connection pooler's log for a service."""
+    return (
+        f"pgbouncer-14 at {HOST} refused {service} with error {FACT}: "
+        "max_client_conn reached. " + FILLER * 4
+    )
+
+
+@tool
+def get_metrics(service: str) -> str:
+    """The recent metrics of a service."""
+    return f"{service}: p99=2300ms rps=410 " + FILLER * 4
+
+
+class Investigator(BaseChatModel):
+    """On the first question: reads the pool log. On later ones: reads metrics. On a
+    question that starts with "recall ": calls the recall tool with the rest of it. After
+    any tool result: an answer, quoting the recall tool's result. Keeps every input."""
+
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "investigator"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Investigator:  # type: ignore[override]
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        self.seen.append(list(messages))
+        last = messages[-1]
+        if isinstance(last, ToolMessage):
+            said = f"From the archive: {last.content}" if last.name == RECALL else "Still slow. " + FILLER
+            return _reply(AIMessage(content=said))
+        text = str(last.content)
+        n = next(_ids)
+        if text.startswith("recall "):
+            call = {"name": RECALL, "args": {"query": text.removeprefix("recall ")}}
+        elif len(self.seen) == 1:
+            call = {"name": "read_pool_log", "args": {"service": "checkout-api"}}
+        else:
+            call = {"name": "get_metrics", "args": {"service": "checkout-api"}}
+        return _reply(AIMessage(content="", tool_calls=[{**call, "id": f"call-{n}", "type": "tool_call"}]))
+
+
+def _reply(message: AIMessage) -> ChatResult:
+    return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def investigate_until_archived(agent: Any, config: dict[str, Any], database_url: str, session: str) -> None:
+    """Turns until the first turn's pool log is archived (at most 20)."""
+    for n in range(1, 21):
+        agent.invoke({"messages": [HumanMessage(content=f"Turn {n}: why is checkout-api slow? " + FILLER)]}, config)
+        if any(FACT in r["content"] for r in rows(database_url, "archived_messages", session)):
+            return
+    raise AssertionError("20 turns and the pool log was never archived")
+
+
+def test_a_langchain_agent_recalls_a_fact_its_context_lost(
+    client: SummarizerClient, database_url: str
+) -> None:
+    session = session_id()
+    model = Investigator()
+    agent = create_agent(
+        model,
+        tools=[read_pool_log, get_metrics, recall_tool(client)],
+        middleware=[SummarizerMiddleware(client)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": session}}
+    investigate_until_archived(agent, config, database_url, session)
+    state = agent.get_state(config).values["messages"]
+    assert not any(m.name == "read_pool_log" for m in state), "the pool log is still in context"
+
+    agent.invoke({"messages": [HumanMessage(content=f"recall {FACT}")]}, config)
+
+    messages = agent.get_state(config).values["messages"]
+    assert_pair_safe(messages)
+    answer = [m for m in messages if isinstance(m, ToolMessage) and m.name == RECALL][-1]
+    # The original tool output, whole, with its seq and the tool it came from.
+    assert f"refused checkout-api with error {FACT}: max_client_conn reached" in answer.content
+    assert HOST in answer.content
+    assert "tool read_pool_log]" in answer.content
+    assert str(messages[-1].content).startswith("From the archive: 1 archived message")
+    assert usage_events(database_url, session) >= 1
+
+
+async def test_recall_and_fetch_read_the_sessions_archive(
+    client: SummarizerClient, database_url: str
+) -> None:
+    session = session_id()
+    agent = create_agent(
+        Investigator(),
+        tools=[read_pool_log, get_metrics, recall_tool(client)],
+        middleware=[SummarizerMiddleware(client)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": session}}
+    await asyncio.to_thread(investigate_until_archived, agent, config, database_url, session)
+    archived = rows(database_url, "archived_messages", session)
+    holding = [r["seq"] for r in archived if HOST in r["content"]]
+
+    found = await client.recall(session, HOST)
+    assert [r.seq for r in found] == holding
+    assert found[0].role == "tool" and found[0].tool_name == "read_pool_log"
+    assert found[0].tool_call_id and found[0].archived_at and found[0].compaction_id > 0
+    assert await client.recall(session, "pgbouncer-14 max_client_conn", limit=1) == found[:1]
+    # Another session's archive answers nothing, by query or by seq.
+    assert await client.recall(session_id(), HOST) == []
+    assert await client.fetch(session_id(), holding) == []
+
+    whole = await client.fetch(session, [*holding, 10**9])
+    assert [r.seq for r in whole] == holding and not whole[0].truncated
+    cut = await client.fetch(session, holding, max_chars=40)
+    assert cut[0].truncated and len(cut[0].content) == 40
+
+
+async def test_a_query_is_text_and_a_bad_one_is_refused(client: SummarizerClient) -> None:
+    session = session_id()
+    # Query syntax reaches no database: these are searched as text and find nothing.
+    for query in ["'; DROP TABLE messages; --", 'E-5417 OR "x" AND NOT y*', "%_% \\ NEAR(a b)"]:
+        assert await client.recall(session, query) == []
+    with pytest.raises(RecallError) as refused:
+        await client.recall(session, "a b c")
+    assert refused.value.reason == "invalid_request" and "3 chars" in refused.value.message
+    for bad in [dict(query=""), dict(query="x" * 1025), dict(query="E-5417", limit=51)]:
+        with pytest.raises(ValueError):
+            await client.recall(session, **bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        await client.fetch(session, list(range(51)))
+
+
+async def test_the_tool_says_recall_is_unavailable_rather_than_raising(
+    worker: Worker, database_url: str
+) -> None:
+    # A subject nobody serves, and one whose only subscriber never answers.
+    silent = await nats.connect(NATS_URL)
+    await silent.subscribe(f"{worker.recall_subject}.silent", cb=_ignore)
+    try:
+        for subject, reason in [
+            (f"{worker.recall_subject}.nobody", "no_responders"),
+            (f"{worker.recall_subject}.silent", "timeout"),
+        ]:
+            async with SummarizerClient(
+                nats_url=NATS_URL, database_url=database_url, recall_subject=subject, timeout=0.5
+            ) as client:
+                with pytest.raises(RecallError) as failed:
+                    await client.recall("s-1", FACT)
+                assert failed.value.reason == reason
+                said = await recall_tool(client).ainvoke(
+                    {"query": FACT}, {"configurable": {"thread_id": "s-1"}}
+                )
+                assert said == f"recall unavailable ({reason}); go on without the earlier conversation."
+    finally:
+        await silent.close()
+
+
+async def test_the_tool_fetches_by_seq_and_names_the_session_it_lacks(
+    client: SummarizerClient, database_url: str
+) -> None:
+    session = session_id()
+    agent = create_agent(
+        Investigator(),
+        tools=[read_pool_log, get_metrics, recall_tool(client)],
+        middleware=[SummarizerMiddleware(client)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": session}}
+    await asyncio.to_thread(investigate_until_archived, agent, config, database_url, session)
+    seq = next(r["seq"] for r in rows(database_url, "archived_messages", session) if HOST in r["content"])
+
+    tool_ = recall_tool(client)
+    said = await tool_.ainvoke({"query": f"seq {seq}"}, config)
+    assert said.startswith(f"1 archived message for 'seq {seq}':\n\n[seq {seq}, tool read_pool_log]\n")
+    assert "max_client_conn reached" in said
+    assert tool_.invoke({"query": "a b"}, config).startswith("recall refused the query: ")
+    assert tool_.invoke({"query": FACT}, {}) == (
+        "recall unavailable: this run has no thread_id to find the conversation by."
+    )
+    # The model is asked for the query only; the session comes from the run.
+    assert set(tool_.args) == {"query"}
+
+
+async def _ignore(_: Any) -> None:
+    return None
