@@ -104,12 +104,13 @@ enum Command {
     Recall {
         session_id: String,
         /// Words or identifiers to search for (terms of 3 chars or more).
+        #[arg(required_unless_present = "seqs")]
         query: Option<String>,
         /// Fetch this archived message (repeatable) instead of searching.
         #[arg(long = "seq", conflicts_with = "query")]
         seqs: Vec<i64>,
         /// How many results a search returns, at most 50.
-        #[arg(long, default_value_t = summarizer_client::recall::DEFAULT_LIMIT)]
+        #[arg(long, default_value_t = summarizer_client::recall::DEFAULT_LIMIT, conflicts_with = "seqs")]
         limit: usize,
         /// Each result's content is cut at this many chars, at most 20000.
         #[arg(long, default_value_t = summarizer_client::recall::DEFAULT_MAX_CHARS)]

@@ -74,6 +74,7 @@ pub struct Metrics {
     jobs: Family<OutcomeLabels, Counter>,
     job_redeliveries: Counter,
     dead_letters: Counter,
+    recalls: Family<OutcomeLabels, Counter>,
     in_flight: Gauge,
     lease_conflicts: Counter,
     pool_connections: Gauge,
@@ -110,6 +111,7 @@ impl Metrics {
         let jobs = Family::<OutcomeLabels, Counter>::default();
         let job_redeliveries = Counter::default();
         let dead_letters = Counter::default();
+        let recalls = Family::<OutcomeLabels, Counter>::default();
         let in_flight: Gauge = Gauge::default();
         let limit: Gauge = Gauge::default();
         limit.set(i64::try_from(concurrency).unwrap_or(i64::MAX));
@@ -213,6 +215,11 @@ impl Metrics {
             dead_letters.clone(),
         );
         r.register(
+            "recalls",
+            "Recall requests answered, by outcome: ok, rejected, failed",
+            recalls.clone(),
+        );
+        r.register(
             "events_in_flight",
             "Events being processed now",
             in_flight.clone(),
@@ -258,6 +265,7 @@ impl Metrics {
             jobs,
             job_redeliveries,
             dead_letters,
+            recalls,
             in_flight,
             lease_conflicts,
             pool_connections,
@@ -368,6 +376,11 @@ impl Metrics {
 
     pub fn dead_lettered(&self) {
         self.dead_letters.inc();
+    }
+
+    /// A recall request answered: `ok`, `rejected` or `failed`.
+    pub fn recalled(&self, outcome: &'static str) {
+        self.recalls.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
     /// Marks an event in flight until the guard drops.

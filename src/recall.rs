@@ -13,20 +13,24 @@ pub const MIN_TERM_CHARS: usize = 3;
 /// A search takes at most this many terms (the first).
 pub const MAX_TERMS: usize = 16;
 
-/// The terms of a search: its words and identifiers as written (split at whitespace),
-/// without the quotes, brackets and sentence punctuation around them (`"E-5417",` is
-/// `E-5417`; `10.43.7.217:6432` and `/etc/svc/conf.d/003-pool.yaml` stay whole),
-/// lower-cased, each once, shorter ones than [`MIN_TERM_CHARS`] left out.
+/// The terms of a search: its words and identifiers as written (split at whitespace
+/// and control characters), without the quotes and brackets around them or the sentence
+/// punctuation after them (`"E-5417",` and `(E-5417).` are `E-5417`;
+/// `10.43.7.217:6432` and `/etc/svc/conf.d/003-pool.yaml` stay whole), each once (case
+/// aside: both stores match without case), shorter ones than [`MIN_TERM_CHARS`] left out.
 pub fn terms(query: &str) -> Vec<String> {
+    const AROUND: &str = "\"'`()[]{}<>";
+    const AFTER: &str = "\"'`()[]{}<>,;:!?.";
     let mut terms: Vec<String> = Vec::new();
-    for word in query.split_whitespace() {
+    let mut seen: Vec<String> = Vec::new();
+    for word in query.split(|c: char| c.is_whitespace() || c.is_control()) {
         let word = word
-            .trim_matches(|c: char| "\"'`()[]{}<>".contains(c))
-            .trim_end_matches(|c: char| ",;!?".contains(c))
-            .trim_end_matches('.')
-            .to_lowercase();
-        if word.chars().count() >= MIN_TERM_CHARS && !terms.contains(&word) {
-            terms.push(word);
+            .trim_start_matches(|c: char| AROUND.contains(c))
+            .trim_end_matches(|c: char| AFTER.contains(c));
+        let folded = word.to_lowercase();
+        if word.chars().count() >= MIN_TERM_CHARS && !seen.contains(&folded) {
+            seen.push(folded);
+            terms.push(word.to_owned());
         }
         if terms.len() == MAX_TERMS {
             break;
@@ -85,7 +89,7 @@ mod tests {
                 "\"E-5417\", v4.12.6 (10.43.7.217:6432) pgbouncer-14 /etc/svc/conf.d/003-pool.yaml p99=2013ms."
             ),
             [
-                "e-5417",
+                "E-5417",
                 "v4.12.6",
                 "10.43.7.217:6432",
                 "pgbouncer-14",
@@ -93,10 +97,19 @@ mod tests {
                 "p99=2013ms"
             ]
         );
-        // Operators and SQL are text like any other; short words and repeats go.
+        for quoted in ["(E-5417).", "'E-5417';", "[\"E-5417\"]:", "`E-5417`?!"] {
+            assert_eq!(terms(quoted), ["E-5417"], "{quoted}");
+        }
+        // Operators and SQL are text like any other; short words and repeats (in any
+        // case) go.
         assert_eq!(
-            terms("pool OR pool AND x' ; DROP TABLE messages; -- %_"),
-            ["pool", "and", "drop", "table", "messages"]
+            terms("pool OR Pool AND x' ; DROP TABLE messages; -- %_"),
+            ["pool", "AND", "DROP", "TABLE", "messages"]
+        );
+        // Control characters (a NUL, which no Postgres text may hold) separate terms.
+        assert_eq!(
+            terms("pool\0timeout\u{7}E-5417"),
+            ["pool", "timeout", "E-5417"]
         );
         assert!(terms("a b c").is_empty());
         assert_eq!(terms(&"word ".repeat(40)).len(), 1);

@@ -603,7 +603,12 @@ impl Worker {
         let (summary, text, facts) = self.check_facts(rid, plan, facts, first, retry_by).await;
         Ok(Written {
             summary,
-            text: with_recall_note(text, &plan.removed_seqs),
+            text: with_recall_note(
+                text,
+                &plan.removed_seqs,
+                plan.chars_removed,
+                self.policy.summary_max_chars,
+            ),
             facts,
         })
     }
@@ -715,22 +720,35 @@ impl Worker {
 
 /// `summary` with a last line that tells the model reading it that the messages it
 /// replaced are archived and can be recalled (docs/protocol.md, "Recall"): their number
-/// and seqs, which a fetch names. The template's sections come first, untouched.
-pub fn with_recall_note(summary: String, removed_seqs: &[i64]) -> String {
+/// and seqs, which a fetch names. The template's sections come first, untouched. The
+/// note is an aid, not part of what was checked: when it would take the summary past
+/// `max_chars` (`SUMMARY_MAX_CHARS`) or to the length of the `replaced_chars` it
+/// replaces, the summary goes without it.
+pub fn with_recall_note(
+    summary: String,
+    removed_seqs: &[i64],
+    replaced_chars: i64,
+    max_chars: i64,
+) -> String {
     let (Some(first), Some(last)) = (removed_seqs.first(), removed_seqs.last()) else {
         return summary;
     };
-    format!(
+    let noted = format!(
         "{summary}\n\n{RECALL_NOTE_START} the {} messages this summary replaced (seq {first} to \
          {last}) are archived: search them, or fetch one by its seq, with recall.]",
         removed_seqs.len()
-    )
+    );
+    let chars = i64::try_from(noted.chars().count()).unwrap_or(i64::MAX);
+    if chars > max_chars || chars >= replaced_chars {
+        return summary;
+    }
+    noted
 }
 
 /// How the recall note of a summary starts.
 pub const RECALL_NOTE_START: &str = "[Recall:";
 
-/// How [`Worker::decide_on`] answered./// How [`Worker::decide_on`] answered.
+/// How [`Worker::decide_on`] answered.
 enum Decided {
     Done(Outcome),
     /// A pending summary was written (`SUMMARIZATION_PRECOMPUTE_AT`).
@@ -1122,5 +1140,37 @@ fn store_failure(event: &Event, doing: &str, error: &dyn std::error::Error) -> O
     Outcome::Failed {
         reason: Reason::StoreError,
         detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recall_note_names_the_seqs_unless_it_would_not_fit() {
+        let summary = "**Investigating:** x".to_owned();
+        let noted = with_recall_note(summary.clone(), &[4, 5, 9], 10_000, 6_000);
+        assert!(noted.starts_with(&format!("{summary}\n\n{RECALL_NOTE_START}")));
+        assert!(noted.contains("the 3 messages this summary replaced (seq 4 to 9)"));
+        let chars = noted.chars().count() as i64;
+        // At exactly SUMMARY_MAX_CHARS it fits; a char less and the summary goes alone,
+        // as it does when the note would make it as long as what it replaced.
+        assert_eq!(
+            with_recall_note(summary.clone(), &[4, 5, 9], 10_000, chars),
+            noted
+        );
+        assert_eq!(
+            with_recall_note(summary.clone(), &[4, 5, 9], 10_000, chars - 1),
+            summary
+        );
+        assert_eq!(
+            with_recall_note(summary.clone(), &[4, 5, 9], chars, 6_000),
+            summary
+        );
+        assert_eq!(
+            with_recall_note(summary.clone(), &[], 10_000, 6_000),
+            summary
+        );
     }
 }

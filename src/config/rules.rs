@@ -87,12 +87,17 @@ impl Settings {
                 ),
             );
         }
-        // Turns and recalls are told apart by subject: one subject for both would send a
-        // recall to the turn handler (rejected) and a turn to the recall handler.
-        if self.recall_subject == self.subject {
+        // Turns and recalls are told apart by subject: a subject both match (one subject
+        // for both, or a wildcard) would send a recall to the turn handler (rejected) and a
+        // turn to the recall handler.
+        if summarizer_client::jobs::subjects_overlap(&self.recall_subject, &self.subject) {
             return fail(
                 &NATS_RECALL_SUBJECT,
-                format!("must differ from NATS_SUBJECT ({})", self.subject),
+                format!(
+                    "overlaps NATS_SUBJECT ({}): a subject matching both would reach both \
+                     handlers; choose one apart from it",
+                    self.subject
+                ),
             );
         }
         if self.jobs.transport.serves_jobs()

@@ -583,3 +583,23 @@ fn tool_output_clearing_is_off_by_default_and_its_settings_are_checked() {
         assert_eq!(setting_of(err), setting, "{setting}={value}");
     }
 }
+
+#[test]
+fn a_recall_subject_that_a_turn_could_match_is_refused() {
+    for (recall, turns) in [
+        ("summarizer.turn", "summarizer.turn"),
+        ("summarizer.*", "summarizer.turn"),
+        ("summarizer.recall", "summarizer.>"),
+        ("summarizer.>", "summarizer.turn.x"),
+    ] {
+        let err =
+            load(&[("NATS_RECALL_SUBJECT", recall), ("NATS_SUBJECT", turns)]).expect_err(recall);
+        assert_eq!(setting_of(err), "NATS_RECALL_SUBJECT", "{recall} / {turns}");
+    }
+    let s = load(&[
+        ("NATS_RECALL_SUBJECT", "agents.recall"),
+        ("NATS_SUBJECT", "agents.turn.*"),
+    ])
+    .unwrap();
+    assert_eq!(s.recall_subject, "agents.recall");
+}

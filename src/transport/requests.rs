@@ -183,10 +183,13 @@ async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Messag
     let reply = match serves {
         Serves::Turns => super::answer(&worker, &message.payload).await.encode(),
         Serves::Recalls => {
-            let _in_flight = worker.metrics().in_flight();
-            crate::recall::answer(worker.store().as_ref(), &message.payload)
-                .await
-                .encode()
+            let reply = crate::recall::answer(worker.store().as_ref(), &message.payload).await;
+            worker.metrics().recalled(match reply.status.as_str() {
+                "ok" => "ok",
+                "rejected" => "rejected",
+                _ => "failed",
+            });
+            reply.encode_within(client.server_info().max_payload)
         }
     };
     // A request without a reply subject was fire-and-forget: processed, not answered.

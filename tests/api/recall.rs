@@ -371,6 +371,17 @@ async fn the_cli_searches_and_fetches_as_the_agent_does() {
         Some(64),
         "a query with no term is a usage error"
     );
+    // Neither a query nor a seq, or a limit on a fetch: clap's usage errors, which
+    // name what is wrong.
+    for (args, says) in [
+        (&["s"][..], "<QUERY>"),
+        (&["s", "--seq", "1", "--limit", "3"][..], "--limit"),
+    ] {
+        let out = cli(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
 }
 
 #[tokio::test]
@@ -534,4 +545,51 @@ async fn a_cleared_results_original_outlives_its_placeholder_until_restored() {
             .unwrap()
             .starts_with("E-5407 at host-0")
     );
+}
+
+/// A fetch of 50 seqs of 20,000 chars each, most of them escaped six bytes to the char
+/// in JSON (a tool dumped control characters), is far past NATS's 1 MiB `max_payload`:
+/// the reply is cut from its longest results to fit, and the agent gets every result
+/// instead of waiting out its timeout for a reply NATS refused.
+#[tokio::test]
+async fn a_fetch_too_large_for_one_nats_message_is_cut_to_fit() {
+    let app = spawn_app().await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    let dump = "\u{1}".repeat(20_000);
+    for n in 0..50 {
+        let call = format!("dump-{n}");
+        app.append(
+            "s",
+            "user",
+            &format!("Turn {n}: dump the ring buffer"),
+            None,
+            None,
+        )
+        .await;
+        let calls = json!([{"id": call, "name": "dump_ring", "arguments": {}}]);
+        app.append("s", "assistant", "", Some(calls), None).await;
+        app.append("s", "tool", &dump, None, Some(&call)).await;
+    }
+    app.append_turns("s", 3).await;
+    let reply = app.turn_starting_large("s").await;
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    let dumps: Vec<i64> = (app.archived("s").await.iter())
+        .filter(|m| m.content.as_deref() == Some(dump.as_str()))
+        .map(|m| m.seq)
+        .take(50)
+        .collect();
+    assert!(dumps.len() >= 40, "{}", dumps.len());
+    let asked = RecallRequest {
+        max_chars: summarizer_client::recall::MAX_MAX_CHARS,
+        ..RecallRequest::seqs("s", dumps.clone())
+    };
+    let found = app.recall.ask(&asked, WAIT).await.unwrap();
+    assert_eq!(found.iter().map(|r| r.seq).collect::<Vec<_>>(), dumps);
+    for r in &found {
+        assert!(dump.starts_with(&r.content));
+        assert_eq!(r.truncated, r.content.len() < dump.len(), "seq {}", r.seq);
+    }
+    let sent: usize = found.iter().map(|r| r.content.len() * 6).sum();
+    assert!(sent <= 1 << 20, "{sent} bytes of content in one reply");
+    assert!(found.iter().any(|r| r.truncated));
 }

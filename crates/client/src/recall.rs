@@ -30,7 +30,8 @@ pub enum Wanted {
     /// The archived messages that best match `query`, at most `limit`.
     Search { query: String, limit: usize },
     /// The archived messages of these seqs, in seq order (a seq archived twice, as a
-    /// cleared result's original and later as removed, comes once, the newest copy).
+    /// cleared result's original and later as its placeholder, removed by a summary,
+    /// comes once: the original).
     Seqs(Vec<i64>),
 }
 
@@ -249,6 +250,36 @@ impl RecallReply {
         // Serializing plain fields cannot fail.
         serde_json::to_vec(self).unwrap_or_default()
     }
+
+    /// The reply encoded in at most `max_bytes` (the NATS server's `max_payload`: a
+    /// larger message is refused, and the agent would wait out its timeout for
+    /// nothing): while it is longer, the longest result's content is cut (and marked
+    /// `truncated`), so every result keeps its seq, by which it can be fetched alone.
+    pub fn encode_within(mut self, max_bytes: usize) -> Vec<u8> {
+        loop {
+            let encoded = self.encode();
+            let Some(over) = encoded.len().checked_sub(max_bytes).filter(|&o| o > 0) else {
+                return encoded;
+            };
+            let Some(longest) = (self.results.iter_mut())
+                .filter(|r| !r.content.is_empty())
+                .max_by_key(|r| r.content.len())
+            else {
+                // Nothing left to cut: the results' other fields alone are too long.
+                self.results.clear();
+                return self.encode();
+            };
+            // Escaping makes a char at least as long encoded as raw, so cutting `over`
+            // raw bytes (and a little for the escapes around the cut) removes at least
+            // `over` encoded ones.
+            let mut keep = longest.content.len().saturating_sub(over + 8);
+            while !longest.content.is_char_boundary(keep) {
+                keep -= 1;
+            }
+            longest.content.truncate(keep);
+            longest.truncated = true;
+        }
+    }
 }
 
 /// Why a recall brought nothing back.
@@ -392,6 +423,50 @@ mod tests {
         ] {
             assert_eq!(RecallRequest::decode(&r.encode()).unwrap(), r);
         }
+    }
+
+    #[test]
+    fn a_reply_too_long_for_nats_is_cut_from_its_longest_results() {
+        let result = |seq: i64, content: String| Recalled {
+            seq,
+            role: "tool".to_owned(),
+            tool_name: None,
+            tool_call_id: Some(format!("c{seq}")),
+            content,
+            truncated: false,
+            compaction_id: 1,
+            archived_at: "2026-12-06T00:00:00.000Z".to_owned(),
+        };
+        // 50 results of 20,000 chars, some of them escaped six times over: far past
+        // the default 1 MiB payload.
+        let results: Vec<Recalled> = (0..50)
+            .map(|n| match n % 3 {
+                0 => result(n, "\u{1}".repeat(20_000)),
+                1 => result(n, "é".repeat(20_000)),
+                _ => result(n, "short".to_owned()),
+            })
+            .collect();
+        let full = RecallReply::ok("s", results.clone()).encode();
+        assert!(full.len() > 1 << 20, "{}", full.len());
+        let max = 256 * 1024;
+        let cut = RecallReply::ok("s", results.clone()).encode_within(max);
+        assert!(cut.len() <= max, "{}", cut.len());
+        let cut: RecallReply = serde_json::from_slice(&cut).unwrap();
+        let seqs: Vec<i64> = cut.results.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, (0..50).collect::<Vec<_>>(), "every result is kept");
+        for (cut, whole) in cut.results.iter().zip(&results) {
+            assert!(whole.content.starts_with(&cut.content));
+            assert_eq!(cut.truncated, cut.content != whole.content);
+        }
+        assert!(cut.results.iter().any(|r| r.truncated));
+        assert!(
+            cut.results
+                .iter()
+                .any(|r| r.content == "short" && !r.truncated)
+        );
+        // A reply that fits is left alone.
+        let small = RecallReply::ok("s", results[2..3].to_vec());
+        assert_eq!(small.clone().encode_within(max), small.encode());
     }
 
     #[test]

@@ -153,7 +153,7 @@ impl PgStore {
     /// would take longer (a term that most of a very large archive holds), the best that
     /// can be found in bounded time instead: the newest messages holding every term (the
     /// ranking's top, when a rare term narrows them), then the newest holding any.
-    /// Fails only when the last step too runs out of time.
+    /// Fails only when the last step too runs out of time having found nothing.
     async fn bounded_search(
         &self,
         search: &Search<'_>,
@@ -180,7 +180,12 @@ impl PgStore {
         }
         let limit = usize::try_from(search.limit).unwrap_or(usize::MAX);
         if found.len() < limit {
-            let newest = (self.search(search, Ranking::Newest, budget.newest_ms)).await?;
+            let newest = match (self.search(search, Ranking::Newest, budget.newest_ms)).await {
+                Ok(rows) => rows,
+                // What the step before found is an answer, if not a full one.
+                Err(e) if is_canceled(&e) && !found.is_empty() => Vec::new(),
+                Err(e) => return Err(e),
+            };
             for row in newest {
                 if found.len() == limit {
                     break;

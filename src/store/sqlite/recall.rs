@@ -38,13 +38,19 @@ impl SqliteStore {
         let rows: Vec<RecalledRow> = match query {
             RecallQuery::Search { terms, limit } => {
                 let matching = match_expression(session_id, terms);
+                // The best `limit` matches first, then their columns: the tool name's
+                // lookup and the cut content cost a read each, for the results only
+                // (SQLite would compute them for every match it sorts).
                 let sql = format!(
                     "SELECT {RECALLED_COLUMNS}
-                     FROM archived_search s JOIN archived_messages a ON a.id = s.rowid
-                     WHERE archived_search MATCH $2 AND a.session_id = $1
-                       AND a.cleared_by IS NULL
-                     ORDER BY bm25(archived_search, 0.0, 1.0), a.compaction_id DESC, a.seq DESC
-                     LIMIT $4"
+                     FROM (SELECT a.id, bm25(archived_search, 0.0, 1.0) AS rank
+                           FROM archived_search s JOIN archived_messages a ON a.id = s.rowid
+                           WHERE archived_search MATCH $2 AND a.session_id = $1
+                             AND a.cleared_by IS NULL
+                           ORDER BY rank, a.compaction_id DESC, a.seq DESC
+                           LIMIT $4) AS best
+                     JOIN archived_messages a ON a.id = best.id
+                     ORDER BY best.rank, a.compaction_id DESC, a.seq DESC"
                 );
                 sqlx::query_as(sqlx::AssertSqlSafe(sql))
                     .bind(session_id)
