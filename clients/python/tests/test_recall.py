@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from typing import Any
 
 import nats
@@ -21,11 +22,14 @@ from pydantic import Field
 from agents import FILLER, assert_pair_safe
 from conftest import NATS_URL, Worker, rows, session_id, usage_events
 from summarizer_client import (
+    Recalled,
     RecallError,
     SummarizerClient,
     SummarizerMiddleware,
     recall_tool,
 )
+from summarizer_client.recall import as_text
+from summarizer_client.tool import TOOL_FETCH_CHARS, TOOL_MAX_SEQS, _seqs
 
 FACT = "E-5417"
 HOST = "10.43.7.217:6432"
@@ -94,6 +98,20 @@ def investigate_until_archived(agent: Any, config: dict[str, Any], database_url:
     raise AssertionError("20 turns and the pool log was never archived")
 
 
+async def archived_session(client: SummarizerClient, database_url: str) -> str:
+    """A new session investigated by an agent until its pool log is archived."""
+    session = session_id()
+    agent = create_agent(
+        Investigator(),
+        tools=[read_pool_log, get_metrics, recall_tool(client)],
+        middleware=[SummarizerMiddleware(client)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": session}}
+    await asyncio.to_thread(investigate_until_archived, agent, config, database_url, session)
+    return session
+
+
 def test_a_langchain_agent_recalls_a_fact_its_context_lost(
     client: SummarizerClient, database_url: str
 ) -> None:
@@ -126,15 +144,7 @@ def test_a_langchain_agent_recalls_a_fact_its_context_lost(
 async def test_recall_and_fetch_read_the_sessions_archive(
     client: SummarizerClient, database_url: str
 ) -> None:
-    session = session_id()
-    agent = create_agent(
-        Investigator(),
-        tools=[read_pool_log, get_metrics, recall_tool(client)],
-        middleware=[SummarizerMiddleware(client)],
-        checkpointer=InMemorySaver(),
-    )
-    config = {"configurable": {"thread_id": session}}
-    await asyncio.to_thread(investigate_until_archived, agent, config, database_url, session)
+    session = await archived_session(client, database_url)
     archived = rows(database_url, "archived_messages", session)
     holding = [r["seq"] for r in archived if HOST in r["content"]]
 
@@ -196,15 +206,8 @@ async def test_the_tool_says_recall_is_unavailable_rather_than_raising(
 async def test_the_tool_fetches_by_seq_and_names_the_session_it_lacks(
     client: SummarizerClient, database_url: str
 ) -> None:
-    session = session_id()
-    agent = create_agent(
-        Investigator(),
-        tools=[read_pool_log, get_metrics, recall_tool(client)],
-        middleware=[SummarizerMiddleware(client)],
-        checkpointer=InMemorySaver(),
-    )
+    session = await archived_session(client, database_url)
     config = {"configurable": {"thread_id": session}}
-    await asyncio.to_thread(investigate_until_archived, agent, config, database_url, session)
     seq = next(r["seq"] for r in rows(database_url, "archived_messages", session) if HOST in r["content"])
 
     tool_ = recall_tool(client)
@@ -217,6 +220,70 @@ async def test_the_tool_fetches_by_seq_and_names_the_session_it_lacks(
     )
     # The model is asked for the query only; the session comes from the run.
     assert set(tool_.args) == {"query"}
+
+
+async def test_the_tool_reads_the_seqs_a_query_names_a_few_at_a_time(
+    client: SummarizerClient, database_url: str
+) -> None:
+    session = await archived_session(client, database_url)
+    config = {"configurable": {"thread_id": session}}
+    archived = sorted({r["seq"] for r in rows(database_url, "archived_messages", session)})
+    assert len(archived) > TOOL_MAX_SEQS, archived
+    first, last = archived[0], archived[-1]
+    tool_ = recall_tool(client)
+
+    # A seq named anywhere in the query is read, not searched for.
+    said = await tool_.ainvoke({"query": f"what did seq #{first} say?"}, config)
+    assert f"[seq {first}, " in said and said.startswith("1 archived message for")
+    # A range reads its first few seqs and says that more were asked for.
+    said = await tool_.ainvoke({"query": f"seqs {first} to {last}"}, config)
+    shown = [int(n) for n in re.findall(r"^\[seq (\d+), ", said, re.MULTILINE)]
+    assert shown == archived[:TOOL_MAX_SEQS], said
+    assert said.endswith(
+        f"[{last - first + 1 - TOOL_MAX_SEQS} more seqs asked for: ask for them in another call.]"
+    )
+    # What the five share is at most one message's worth.
+    assert len(said) < TOOL_FETCH_CHARS + 2_000
+
+
+def test_seq_references_and_cut_notes_read_as_a_model_would_write_them() -> None:
+    assert _seqs("seq 12") == ([12], 0)
+    assert _seqs("Seqs 12, 14 and #15; seq 12") == ([12, 14, 15], 0)
+    assert _seqs("read seq: 4-6 again") == ([4, 5, 6], 0)
+    assert _seqs("seqs 1 to 38") == ([1, 2, 3, 4, 5], 33)
+    assert _seqs("seq 1..10000000") == ([1, 2, 3, 4, 5], 996)
+    assert _seqs("E-5417 in sequence logs") == ([], 0)
+
+    def recalled(seq: int, truncated: bool) -> Recalled:
+        return Recalled(seq, "tool", "read_pool_log", "c1", "x" * 10, truncated, 1, "2026-12-06T00:00:00Z")
+
+    assert as_text("q", [recalled(3, False)]).endswith("[seq 3, tool read_pool_log]\nxxxxxxxxxx")
+    assert as_text("q", [recalled(3, True)]).endswith("[... cut; ask for seq 3 to read more of it]")
+    assert as_text("seq 3", [recalled(3, True)], fetched_chars=4_000).endswith(
+        "[... cut; ask for seq 3 alone to read more of it]"
+    )
+    # At the most recall returns, asking again would loop: the model is told so.
+    assert as_text("seq 3", [recalled(3, True)], fetched_chars=20_000).endswith(
+        "[... cut at 20,000 chars, the most recall returns of one message]"
+    )
+
+
+async def test_a_recall_that_works_again_clears_its_warning(
+    client: SummarizerClient, worker: Worker
+) -> None:
+    tool_ = recall_tool(client)
+    config = {"configurable": {"thread_id": session_id()}}
+    subject = client.recall_subject
+    client.recall_subject = f"{worker.recall_subject}.nobody"
+    try:
+        said = await tool_.ainvoke({"query": FACT}, config)
+        assert said.startswith("recall unavailable (no_responders)")
+        assert "recall" in client.warnings.reported()
+    finally:
+        client.recall_subject = subject
+    said = await tool_.ainvoke({"query": FACT}, config)
+    assert said.startswith("Nothing in the archived part"), said
+    assert "recall" not in client.warnings.reported()
 
 
 async def _ignore(_: Any) -> None:

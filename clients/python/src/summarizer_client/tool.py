@@ -4,13 +4,14 @@
 # parameter's annotation at runtime to inject the run's config instead of asking the
 # model for it.
 
+import asyncio
 import re
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 
 from .client import SummarizerClient
-from .recall import MAX_MAX_CHARS, MAX_SEQS, RecallError, as_text, fetch_payload, search_payload
+from .recall import MAX_MAX_CHARS, RecallError, as_text, fetch_payload, search_payload
 
 NAME = "recall_earlier_conversation"
 DESCRIPTION = (
@@ -21,8 +22,18 @@ DESCRIPTION = (
     "outputs name the seqs). Returns the matching messages, best first."
 )
 
-#: `seq 12`, `seqs 12, 14`, `seq #12`: a fetch by seq rather than a search.
-_SEQ_QUERY = re.compile(r"^\s*seqs?\s*[:#]?\s*(\d+(?:\s*[,;\s]\s*#?\d+)*)\s*$", re.IGNORECASE)
+#: `seq 12`, `seqs 12, 14`, `seq #12`, `seq 4 to 9`, `seqs 4-9`, anywhere in the query
+#: ("read seq 12 again"): a fetch by seq rather than a search.
+_SEQ_REF = re.compile(
+    r"\bseqs?\s*[:#]?\s*(#?\d+(?:\s*(?:,|;|and|to|-|\u2013|\.\.)\s*#?\d+)*)",
+    re.IGNORECASE,
+)
+_SEQ_RANGE = re.compile(r"(\d+)\s*(?:to|-|\u2013|\.\.)\s*#?(\d+)", re.IGNORECASE)
+
+#: A fetch by the tool reads at most this many seqs ...
+TOOL_MAX_SEQS = 5
+#: ... sharing this many chars: what one tool answer may add to the model's context.
+TOOL_FETCH_CHARS = MAX_MAX_CHARS
 
 
 def recall_tool(
@@ -37,23 +48,36 @@ def recall_tool(
     query is `seq N` (`client.fetch`), and returns them as text. The session is
     `session_id`, or else the run's `thread_id` (as `SummarizerMiddleware` uses). Each
     search returns at most `limit` messages of at most `max_chars` chars; a fetch by seq
-    returns up to 20,000 chars of each.
+    ("seq 12", "seqs 4 to 9", anywhere in the query) reads at most 5 seqs, sharing
+    20,000 chars.
 
     It never raises into the agent: on a timeout, no worker, or any other failure it
     returns a short "recall unavailable" text, and a query the worker refuses is
     answered with why, so the model can try again or go on without it."""
 
+    # Past the client's own timeout, a stuck connection attempt or loop: the answer is
+    # "unavailable", never a hung tool call.
+    bound = client.timeout * 2 + 1.0
+
     async def arecall(query: str, config: RunnableConfig) -> str:
         session = _session(session_id, config)
         if session is None:
             return _NO_SESSION
-        return await client.run(_answer(client, session, query, limit, max_chars))
+        try:
+            answer = _answer(client, session, query, limit, max_chars)
+            return await asyncio.wait_for(client.run(answer), timeout=bound)
+        except Exception as e:  # noqa: BLE001 -- a tool's failure must not end the run
+            return _unavailable(client, e)
 
     def recall(query: str, config: RunnableConfig) -> str:
         session = _session(session_id, config)
         if session is None:
             return _NO_SESSION
-        return client.run_sync(_answer(client, session, query, limit, max_chars))
+        try:
+            answer = asyncio.wait_for(_answer(client, session, query, limit, max_chars), bound)
+            return client.run_sync(answer)
+        except Exception as e:  # noqa: BLE001 -- a tool's failure must not end the run
+            return _unavailable(client, e)
 
     return StructuredTool.from_function(
         func=recall, coroutine=arecall, name=NAME, description=DESCRIPTION
@@ -74,28 +98,49 @@ async def _answer(
     client: SummarizerClient, session: str, query: str, limit: int, max_chars: int
 ) -> str:
     try:
-        seqs = _seqs(query)
-        if seqs is not None:
-            payload = fetch_payload(session, seqs, MAX_MAX_CHARS)
+        seqs, more = _seqs(query)
+        if seqs:
+            each = TOOL_FETCH_CHARS // len(seqs)
+            payload = fetch_payload(session, seqs, each)
+            text = as_text(query, await client._recall(payload), fetched_chars=each)
+            if more:
+                text += f"\n\n[{more} more seqs asked for: ask for them in another call.]"
         else:
             payload = search_payload(session, query, limit, max_chars)
-        # On the client's loop already (see `recall_tool`): its coroutine, not its method.
-        return as_text(query, await client._recall(payload))
+            # On the client's loop already (see `recall_tool`): its coroutine, not its method.
+            text = as_text(query, await client._recall(payload))
     except ValueError as e:
         return f"recall refused the query: {e}."
     except RecallError as e:
         if e.reason == "invalid_request":
             return f"recall refused the query: {e.message}."
-        client.warnings.warn(f"recall_{e.reason}", "recall failed: %s", e)
-        return f"recall unavailable ({e.reason}); go on without the earlier conversation."
-    except Exception as e:  # noqa: BLE001 -- a tool's failure must not end the run
-        client.warnings.warn("recall_error", "recall failed: %s", e)
-        return "recall unavailable (transport_error); go on without the earlier conversation."
+        return _unavailable(client, e)
+    client.warnings.cleared("recall")
+    return text
 
 
-def _seqs(query: str) -> list[int] | None:
-    matched = _SEQ_QUERY.match(query)
-    if matched is None:
-        return None
-    seqs = [int(n) for n in re.findall(r"\d+", matched.group(1))]
-    return list(dict.fromkeys(seqs))[:MAX_SEQS]
+def _unavailable(client: SummarizerClient, error: Exception) -> str:
+    if isinstance(error, RecallError):
+        reason = error.reason
+    elif isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+        reason = "timeout"
+    else:
+        reason = "transport_error"
+    client.warnings.warn("recall", "recall failed (%s): %s", reason, error)
+    return f"recall unavailable ({reason}); go on without the earlier conversation."
+
+
+def _seqs(query: str) -> tuple[list[int], int]:
+    """The seqs the query names (ranges spelled out), at most `TOOL_MAX_SEQS`, and how
+    many more it named."""
+    seqs: list[int] = []
+    for ref in _SEQ_REF.finditer(query):
+        listed = ref.group(1)
+        for lo, hi in _SEQ_RANGE.findall(listed):
+            first, last = int(lo), int(hi)
+            # Far enough to count what is left over, never a huge list.
+            seqs.extend(range(first, min(last, first + 1_000) + 1))
+        for n in re.findall(r"\d+", _SEQ_RANGE.sub(" ", listed)):
+            seqs.append(int(n))
+    unique = list(dict.fromkeys(seqs))
+    return unique[:TOOL_MAX_SEQS], max(0, len(unique) - TOOL_MAX_SEQS)
