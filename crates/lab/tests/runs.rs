@@ -132,8 +132,8 @@ async fn the_benchmark_smoke_run_reports_every_figure() {
     // No target is asserted (a smoke run on a shared CI machine measures little), but
     // every figure must be there and be a real measurement.
     let targets = report["targets"].as_array().unwrap();
-    // 11 on Postgres, 3 on SQLite.
-    assert_eq!(targets.len(), 14, "{stdout}");
+    // 11 on Postgres, 4 on recall, 3 on SQLite.
+    assert_eq!(targets.len(), 18, "{stdout}");
     for target in targets {
         assert!(target["ours"].as_f64().unwrap() > 0.0, "{target}");
         assert!(target["baseline"].as_f64().unwrap() > 0.0, "{target}");
@@ -154,6 +154,14 @@ async fn the_benchmark_smoke_run_reports_every_figure() {
             2,
             "{series}"
         );
+    }
+    // Recall at two archive sizes, each with its primary-key baseline.
+    let recall = report["measurements"]["recall"].as_array().unwrap();
+    assert_eq!(recall.len(), 2, "{stdout}");
+    for size in recall {
+        for series in ["identifier", "words", "seqs", "primary_key"] {
+            assert!(size[series]["p50_us"].as_f64().unwrap() > 0.0, "{size}");
+        }
     }
     for series in ["select", "noop"] {
         assert_eq!(

@@ -14,6 +14,7 @@
 
 mod load;
 mod precompute;
+mod recall;
 mod report;
 mod seed;
 mod sqlite;
@@ -75,6 +76,9 @@ pub struct BenchArgs {
     /// Run only the SQLite scenario.
     #[arg(long, hide = true)]
     pub only_sqlite: bool,
+    /// Run only the recall scenario.
+    #[arg(long, hide = true)]
+    pub only_recall: bool,
 }
 
 /// How many operations each figure takes.
@@ -90,6 +94,9 @@ struct Sizes {
     precompute: precompute::Scale,
     only_precompute: bool,
     only_sqlite: bool,
+    only_recall: bool,
+    /// The archive sizes recall is measured at, ascending.
+    recall: [usize; 2],
 }
 
 impl Sizes {
@@ -110,6 +117,8 @@ impl Sizes {
                 },
                 only_precompute: args.only_precompute,
                 only_sqlite: args.only_sqlite,
+                only_recall: args.only_recall,
+                recall: [2_000, 20_000],
             }
         } else {
             Self {
@@ -127,6 +136,8 @@ impl Sizes {
                 },
                 only_precompute: args.only_precompute,
                 only_sqlite: args.only_sqlite,
+                only_recall: args.only_recall,
+                recall: [10_000, 1_000_000],
             }
         }
     }
@@ -176,6 +187,12 @@ async fn measure(
 ) -> anyhow::Result<Report> {
     let (database_url, store) = (db.url.as_str(), &db.store);
     let nats = || async { summarizer::transport::connect_once(settings, "summarizer-bench").await };
+    if sizes.only_recall {
+        return Ok(Report {
+            recall: recall::measure(db, &sizes.recall, sizes.sequential).await?,
+            ..Report::default()
+        });
+    }
     if sizes.only_precompute {
         let figures = precompute::measure(db, tag, nats().await?, sizes.precompute).await?;
         return Ok(Report {
@@ -337,6 +354,7 @@ async fn measure(
     report.chunked_requests = requests;
     report.stats = Some(stats_at_scale(db, sizes.usage_events).await?);
     report.usage_events = sizes.usage_events;
+    report.recall = recall::measure(db, &sizes.recall, sizes.sequential).await?;
     // Last, so the Postgres figures are taken as they were before it existed.
     report.sqlite = Some(sqlite::measure(tag, sizes, nats().await?, &llm.url).await?);
     echo.kill().await?;

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::load::Measurement;
 use super::precompute::PrecomputeFigures;
+use super::recall::RecallFigures;
 use super::sqlite::SqliteFigures;
 
 #[derive(Debug, Default, Serialize)]
@@ -42,6 +43,8 @@ pub struct Report {
     pub precompute: Option<PrecomputeFigures>,
     /// The no-op and compaction paths on a SQLite file, and SQLite's bare read.
     pub sqlite: Option<SqliteFigures>,
+    /// Recall at each archive size, smallest first (empty when not measured).
+    pub recall: Vec<RecallFigures>,
 }
 
 /// One target of the issue, checked.
@@ -153,6 +156,42 @@ impl Report {
                 "ms",
                 "<= 1000 ms",
             ));
+        }
+        if let (Some(small), Some(large)) = (self.recall.first(), self.recall.last()) {
+            // A search is a few index lookups and a short scan of one session's rows: it
+            // is held to 10x a bare primary-key read, and to about the same cost among a
+            // hundred times more archived rows.
+            for (what, m, at_small) in [
+                ("one identifier", &large.identifier, &small.identifier),
+                ("two common words", &large.words, &small.words),
+            ] {
+                let ratio = m.p50_us / large.primary_key.p50_us;
+                targets.push(Target {
+                    figure: format!(
+                        "recall p50, {what}, {} archived rows (vs primary-key read)",
+                        large.rows
+                    ),
+                    ours: m.p50_us,
+                    baseline: large.primary_key.p50_us,
+                    unit: "us",
+                    ratio,
+                    target: "<= 10x",
+                    met: ratio <= 10.0,
+                });
+                let growth = m.p50_us / at_small.p50_us;
+                targets.push(Target {
+                    figure: format!(
+                        "recall p50, {what}, {} archived rows (vs {})",
+                        large.rows, small.rows
+                    ),
+                    ours: m.p50_us,
+                    baseline: at_small.p50_us,
+                    unit: "us",
+                    ratio: growth,
+                    target: "<= 2x",
+                    met: growth <= 2.0,
+                });
+            }
         }
         if let Some(stats) = self.stats {
             targets.push(Target::at_most(
@@ -295,6 +334,17 @@ impl fmt::Display for Report {
                 f,
                 &format!("stats query, {} usage events", self.usage_events),
                 m,
+            )?;
+        }
+        for r in &self.recall {
+            let of = format!("{} archived rows, {} sessions", r.rows, r.sessions);
+            row(f, &format!("recall, one identifier ({of})"), &r.identifier)?;
+            row(f, &format!("recall, two common words ({of})"), &r.words)?;
+            row(f, &format!("recall, fetch by seq ({of})"), &r.seqs)?;
+            row(
+                f,
+                &format!("bare primary-key read of an archived row ({of})"),
+                &r.primary_key,
             )?;
         }
         if let Some(p) = &self.precompute {
