@@ -29,7 +29,7 @@ from summarizer_client import (
     recall_tool,
 )
 from summarizer_client.recall import as_text
-from summarizer_client.tool import TOOL_FETCH_CHARS, TOOL_MAX_SEQS, _seqs
+from summarizer_client.tool import TOOL_FETCH_CHARS, TOOL_MAX_SEQS, _other_words, _seqs
 
 FACT = "E-5417"
 HOST = "10.43.7.217:6432"
@@ -235,37 +235,55 @@ async def test_the_tool_reads_the_seqs_a_query_names_a_few_at_a_time(
     # A seq named anywhere in the query is read, not searched for.
     said = await tool_.ainvoke({"query": f"what did seq #{first} say?"}, config)
     assert f"[seq {first}, " in said and said.startswith("1 archived message for")
-    # A range reads its first few seqs and says that more were asked for.
-    said = await tool_.ainvoke({"query": f"seqs {first} to {last}"}, config)
+    # A range reads its first few seqs and names the rest, which the next call reads.
+    said = await tool_.ainvoke({"query": f"seqs {last} to {first}"}, config)
     shown = [int(n) for n in re.findall(r"^\[seq (\d+), ", said, re.MULTILINE)]
     assert shown == archived[:TOOL_MAX_SEQS], said
-    assert said.endswith(
-        f"[{last - first + 1 - TOOL_MAX_SEQS} more seqs asked for: ask for them in another call.]"
-    )
+    rest = f"seqs {first + TOOL_MAX_SEQS} to {last}"
+    assert said.endswith(f"[Not read yet: {rest}. Ask for them in another call.]"), said
     # What the five share is at most one message's worth.
     assert len(said) < TOOL_FETCH_CHARS + 2_000
+    said = await tool_.ainvoke({"query": rest}, config)
+    shown = [int(n) for n in re.findall(r"^\[seq (\d+), ", said, re.MULTILINE)]
+    assert shown == archived[TOOL_MAX_SEQS : 2 * TOOL_MAX_SEQS], said
+    # Words besides the seq are searched too.
+    said = await tool_.ainvoke({"query": f"read seq {first} and the max_client_conn error"}, config)
+    assert said.startswith(f"1 archived message for 'read seq {first} and the max_client_conn error':")
+    assert "archived messages for 'max_client_conn error':" in said or (
+        "archived message for 'max_client_conn error':" in said
+    ), said
+    assert said.count("max_client_conn reached") >= 1, said
 
 
 def test_seq_references_and_cut_notes_read_as_a_model_would_write_them() -> None:
-    assert _seqs("seq 12") == ([12], 0)
-    assert _seqs("Seqs 12, 14 and #15; seq 12") == ([12, 14, 15], 0)
-    assert _seqs("read seq: 4-6 again") == ([4, 5, 6], 0)
-    assert _seqs("seqs 1 to 38") == ([1, 2, 3, 4, 5], 33)
-    assert _seqs("seq 1..10000000") == ([1, 2, 3, 4, 5], 996)
-    assert _seqs("E-5417 in sequence logs") == ([], 0)
+    assert _seqs("seq 12") == ([12], "")
+    assert _seqs("Seqs 12, 14 and #15; seq 12") == ([12, 14, 15], "")
+    assert _seqs("read seq: 4-6 again") == ([4, 5, 6], "")
+    assert _seqs("seq-12 and seq. 13") == ([12, 13], "")
+    # In the query's order, a range either way round; the rest named for the next call.
+    assert _seqs("seqs 1, 2, 3, 10-20") == ([1, 2, 3, 10, 11], "seqs 12 to 20")
+    assert _seqs("seq 9 to 4") == ([4, 5, 6, 7, 8], "seq 9")
+    assert _seqs("seqs 1 to 3, 2 to 8, 40") == ([1, 2, 3, 4, 5], "seqs 6 to 8, 40")
+    assert _seqs("seq 1..10000000") == ([1, 2, 3, 4, 5], "seqs 6 to 10000000")
+    # Not a seq: no reference, or past any seq there can be.
+    assert _seqs("E-5417 in sequence logs") == ([], "")
+    assert _seqs("seq 99999999999999999999") == ([], "")
+    assert _other_words("read seq 12 again, please") == ""
+    assert _other_words("what did seq #4817 say about checkout timeouts?") == "checkout timeouts?"
 
     def recalled(seq: int, truncated: bool) -> Recalled:
         return Recalled(seq, "tool", "read_pool_log", "c1", "x" * 10, truncated, 1, "2026-12-06T00:00:00Z")
 
     assert as_text("q", [recalled(3, False)]).endswith("[seq 3, tool read_pool_log]\nxxxxxxxxxx")
     assert as_text("q", [recalled(3, True)]).endswith("[... cut; ask for seq 3 to read more of it]")
-    assert as_text("seq 3", [recalled(3, True)], fetched_chars=4_000).endswith(
+    assert as_text("seq 3", [recalled(3, True)], max_chars=4_000, fetched=True).endswith(
         "[... cut; ask for seq 3 alone to read more of it]"
     )
     # At the most recall returns, asking again would loop: the model is told so.
-    assert as_text("seq 3", [recalled(3, True)], fetched_chars=20_000).endswith(
-        "[... cut at 20,000 chars, the most recall returns of one message]"
-    )
+    for fetched in [True, False]:
+        assert as_text("seq 3", [recalled(3, True)], max_chars=20_000, fetched=fetched).endswith(
+            "[... cut at 20,000 chars, the most recall returns of one message]"
+        )
 
 
 async def test_a_recall_that_works_again_clears_its_warning(

@@ -253,33 +253,77 @@ impl RecallReply {
 
     /// The reply encoded in at most `max_bytes` (the NATS server's `max_payload`: a
     /// larger message is refused, and the agent would wait out its timeout for
-    /// nothing): while it is longer, the longest result's content is cut (and marked
-    /// `truncated`), so every result keeps its seq, by which it can be fetched alone.
+    /// nothing). When it is longer, the contents share the room left beside the other
+    /// fields evenly: each result longer than its share is cut to it (and marked
+    /// `truncated`), so every result keeps its seq, by which it can be fetched alone. In
+    /// the unlikely case that the other fields alone are too long, the last (worst)
+    /// results go.
     pub fn encode_within(mut self, max_bytes: usize) -> Vec<u8> {
-        loop {
-            let encoded = self.encode();
-            let Some(over) = encoded.len().checked_sub(max_bytes).filter(|&o| o > 0) else {
-                return encoded;
-            };
-            let Some(longest) = (self.results.iter_mut())
-                .filter(|r| !r.content.is_empty())
-                .max_by_key(|r| r.content.len())
-            else {
-                // Nothing left to cut: the results' other fields alone are too long.
-                self.results.clear();
-                return self.encode();
-            };
-            // Escaping makes a char at least as long encoded as raw, so cutting `over`
-            // raw bytes (and a little for the escapes around the cut) removes at least
-            // `over` encoded ones.
-            let mut keep = longest.content.len().saturating_sub(over + 8);
-            while !longest.content.is_char_boundary(keep) {
-                keep -= 1;
-            }
-            longest.content.truncate(keep);
-            longest.truncated = true;
+        let encoded = self.encode();
+        if encoded.len() <= max_bytes {
+            return encoded;
         }
+        let mut contents: Vec<String> = (self.results.iter_mut())
+            .map(|r| std::mem::take(&mut r.content))
+            .collect();
+        let mut bare = self.encode().len();
+        while bare > max_bytes && self.results.pop().is_some() {
+            contents.pop();
+            bare = self.encode().len();
+        }
+        let sizes: Vec<usize> = contents.iter().map(|c| escaped_len(c)).collect();
+        let share = even_share(&sizes, max_bytes.saturating_sub(bare));
+        for ((result, content), size) in self.results.iter_mut().zip(contents).zip(sizes) {
+            result.content = content;
+            if size > share {
+                cut_to_escaped(&mut result.content, share);
+                result.truncated = true;
+            }
+        }
+        self.encode()
     }
+}
+
+/// How many bytes `c` takes in a JSON string as serde_json writes it.
+fn escaped_char_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if u32::from(c) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+fn escaped_len(text: &str) -> usize {
+    text.chars().map(escaped_char_len).sum()
+}
+
+/// `text` cut to the longest prefix that takes at most `max` bytes escaped.
+fn cut_to_escaped(text: &mut String, max: usize) {
+    let mut used = 0;
+    let end = text
+        .char_indices()
+        .find_map(|(at, c)| {
+            used += escaped_char_len(c);
+            (used > max).then_some(at)
+        })
+        .unwrap_or(text.len());
+    text.truncate(end);
+}
+
+/// The most each of `sizes` may take for all to fit in `room` when the ones under it
+/// keep all theirs (water-filling): `usize::MAX` when all fit whole.
+fn even_share(sizes: &[usize], room: usize) -> usize {
+    let mut sorted = sizes.to_vec();
+    sorted.sort_unstable();
+    let mut left = room;
+    for (i, &size) in sorted.iter().enumerate() {
+        let share = left / (sorted.len() - i);
+        if size > share {
+            return share;
+        }
+        left -= size;
+    }
+    usize::MAX
 }
 
 /// Why a recall brought nothing back.
@@ -464,6 +508,22 @@ mod tests {
                 .iter()
                 .any(|r| r.content == "short" && !r.truncated)
         );
+        // The room is shared evenly: no cut result is left empty while another is whole.
+        let cut_lens: Vec<usize> = (cut.results.iter())
+            .filter(|r| r.truncated)
+            .map(|r| escaped_len(&r.content))
+            .collect();
+        let (least, most) = (
+            cut_lens.iter().min().unwrap(),
+            cut_lens.iter().max().unwrap(),
+        );
+        assert!(*least > 0 && most - least <= 6, "{least}..{most}");
+        // Fields too long to fit even without contents: the last results go.
+        let tiny = RecallReply::ok("s", results.clone()).encode_within(2_000);
+        assert!(tiny.len() <= 2_000, "{}", tiny.len());
+        let tiny: RecallReply = serde_json::from_slice(&tiny).unwrap();
+        assert!(!tiny.results.is_empty() && tiny.results.len() < 50);
+        assert_eq!(tiny.results[0].seq, 0);
         // A reply that fits is left alone.
         let small = RecallReply::ok("s", results[2..3].to_vec());
         assert_eq!(small.clone().encode_within(max), small.encode());

@@ -43,12 +43,19 @@ class LoopThread:
         """Awaits `coro` run on the private loop, from any other loop."""
         return await asyncio.wrap_future(self.submit(coro))
 
-    def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Blocks the calling thread until `coro`, run on the private loop, is done."""
+    def run_sync(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Blocks the calling thread until `coro`, run on the private loop, is done; past
+        `timeout` seconds (if given) cancels it and raises `TimeoutError`, even when the
+        loop itself is stuck."""
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("run_sync called from the client's own loop thread")
-        return self.submit(coro).result()
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no result within {timeout}s") from None
 
     def stop(self) -> None:
         with self._lock:

@@ -238,9 +238,10 @@ class SummarizerClient:
         payload = fetch_payload(session_id, list(seqs), max_chars)
         return await self._loop.run(self._recall(payload))
 
-    def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Runs one of this client's coroutines from sync code (internal)."""
-        return self._loop.run_sync(coro)
+    def run_sync(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Runs one of this client's coroutines from sync code (internal), for at most
+        `timeout` seconds if given (then `TimeoutError`)."""
+        return self._loop.run_sync(coro, timeout)
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Runs a coroutine on the client's loop from any other loop (internal)."""

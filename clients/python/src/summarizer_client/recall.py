@@ -110,26 +110,28 @@ def _optional(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def as_text(query: str, results: list[Recalled], *, fetched_chars: int | None = None) -> str:
+def as_text(
+    query: str, results: list[Recalled], *, max_chars: int | None = None, fetched: bool = False
+) -> str:
     """The results as a model reads them: one block per message, headed by its seq and
-    who said it, best first. A result cut at `max_chars` says how to read more of it:
-    for a search, by its seq; for a fetch of `fetched_chars` each, by its seq alone,
-    unless that was already the most a recall returns."""
+    who said it, best first. A result cut at `max_chars` (the request's; `None` for the
+    worker's default) says how to read more of it: by its seq, or by its seq alone after
+    a fetch of several, unless it was already cut at the most a recall returns."""
     if not results:
         return f"Nothing in the archived part of this conversation matches {query!r}."
     header = f"{len(results)} archived message{'s' if len(results) != 1 else ''} for {query!r}:"
     blocks = [header]
     for r in results:
         who = f"tool {r.tool_name}" if r.role == "tool" and r.tool_name else r.role
-        blocks.append(f"[seq {r.seq}, {who}]\n{r.content}{_cut_note(r, fetched_chars)}")
+        blocks.append(f"[seq {r.seq}, {who}]\n{r.content}{_cut_note(r, max_chars, fetched)}")
     return "\n\n".join(blocks)
 
 
-def _cut_note(r: Recalled, fetched_chars: int | None) -> str:
+def _cut_note(r: Recalled, max_chars: int | None, fetched: bool) -> str:
     if not r.truncated:
         return ""
-    if fetched_chars is None:
-        return f"\n[... cut; ask for seq {r.seq} to read more of it]"
-    if fetched_chars < MAX_MAX_CHARS:
+    if max_chars is not None and max_chars >= MAX_MAX_CHARS:
+        return f"\n[... cut at {MAX_MAX_CHARS:,} chars, the most recall returns of one message]"
+    if fetched:
         return f"\n[... cut; ask for seq {r.seq} alone to read more of it]"
-    return f"\n[... cut at {MAX_MAX_CHARS:,} chars, the most recall returns of one message]"
+    return f"\n[... cut; ask for seq {r.seq} to read more of it]"

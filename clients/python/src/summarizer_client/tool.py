@@ -25,10 +25,17 @@ DESCRIPTION = (
 #: `seq 12`, `seqs 12, 14`, `seq #12`, `seq 4 to 9`, `seqs 4-9`, anywhere in the query
 #: ("read seq 12 again"): a fetch by seq rather than a search.
 _SEQ_REF = re.compile(
-    r"\bseqs?\s*[:#]?\s*(#?\d+(?:\s*(?:,|;|and|to|-|\u2013|\.\.)\s*#?\d+)*)",
+    r"\bseqs?\.?\s*[:#-]?\s*(#?\d+(?:\s*(?:,|;|and|to|-|\u2013|\.\.)\s*#?\d+)*)",
     re.IGNORECASE,
 )
-_SEQ_RANGE = re.compile(r"(\d+)\s*(?:to|-|\u2013|\.\.)\s*#?(\d+)", re.IGNORECASE)
+#: One item of a seq reference: a seq, or a range of them.
+_SEQ_ITEM = re.compile(r"(\d+)(?:\s*(?:to|-|\u2013|\.\.)\s*#?(\d+))?", re.IGNORECASE)
+#: Words around a seq reference that ask for nothing else ("read seq 12 again").
+_FILLER = frozenset(
+    "read again what did say says said show fetch get the message messages whole full "
+    "text original and from for please recall archived with that this was were its about".split()
+)
+_MAX_SEQ = 2**63 - 1
 
 #: A fetch by the tool reads at most this many seqs ...
 TOOL_MAX_SEQS = 5
@@ -49,7 +56,8 @@ def recall_tool(
     `session_id`, or else the run's `thread_id` (as `SummarizerMiddleware` uses). Each
     search returns at most `limit` messages of at most `max_chars` chars; a fetch by seq
     ("seq 12", "seqs 4 to 9", anywhere in the query) reads at most 5 seqs, sharing
-    20,000 chars.
+    20,000 chars, and names the seqs it did not read yet; the query's other words, if
+    any, are searched too.
 
     It never raises into the agent: on a timeout, no worker, or any other failure it
     returns a short "recall unavailable" text, and a query the worker refuses is
@@ -74,8 +82,7 @@ def recall_tool(
         if session is None:
             return _NO_SESSION
         try:
-            answer = asyncio.wait_for(_answer(client, session, query, limit, max_chars), bound)
-            return client.run_sync(answer)
+            return client.run_sync(_answer(client, session, query, limit, max_chars), bound)
         except Exception as e:  # noqa: BLE001 -- a tool's failure must not end the run
             return _unavailable(client, e)
 
@@ -98,17 +105,23 @@ async def _answer(
     client: SummarizerClient, session: str, query: str, limit: int, max_chars: int
 ) -> str:
     try:
-        seqs, more = _seqs(query)
-        if seqs:
-            each = TOOL_FETCH_CHARS // len(seqs)
-            payload = fetch_payload(session, seqs, each)
-            text = as_text(query, await client._recall(payload), fetched_chars=each)
-            if more:
-                text += f"\n\n[{more} more seqs asked for: ask for them in another call.]"
-        else:
+        seqs, rest = _seqs(query)
+        if not seqs:
             payload = search_payload(session, query, limit, max_chars)
             # On the client's loop already (see `recall_tool`): its coroutine, not its method.
-            text = as_text(query, await client._recall(payload))
+            text = as_text(query, await client._recall(payload), max_chars=max_chars)
+        else:
+            each = TOOL_FETCH_CHARS // len(seqs)
+            payload = fetch_payload(session, seqs, each)
+            text = as_text(query, await client._recall(payload), max_chars=each, fetched=True)
+            if rest:
+                text += f"\n\n[Not read yet: {rest}. Ask for them in another call.]"
+            # What the query asks besides the seqs is searched too.
+            words = _other_words(query)
+            if words:
+                payload = search_payload(session, words, limit, max_chars)
+                found = await client._recall(payload)
+                text += "\n\n" + as_text(words, found, max_chars=max_chars)
     except ValueError as e:
         return f"recall refused the query: {e}."
     except RecallError as e:
@@ -130,17 +143,39 @@ def _unavailable(client: SummarizerClient, error: Exception) -> str:
     return f"recall unavailable ({reason}); go on without the earlier conversation."
 
 
-def _seqs(query: str) -> tuple[list[int], int]:
-    """The seqs the query names (ranges spelled out), at most `TOOL_MAX_SEQS`, and how
-    many more it named."""
-    seqs: list[int] = []
+def _seqs(query: str) -> tuple[list[int], str]:
+    """The seqs the query names, in its order (ranges spelled out, either way round), at
+    most `TOOL_MAX_SEQS`, and the rest of them as a model would ask for them ("seqs 6 to
+    38, 41"), empty when none is left."""
+    items: list[tuple[int, int]] = []
     for ref in _SEQ_REF.finditer(query):
-        listed = ref.group(1)
-        for lo, hi in _SEQ_RANGE.findall(listed):
-            first, last = int(lo), int(hi)
-            # Far enough to count what is left over, never a huge list.
-            seqs.extend(range(first, min(last, first + 1_000) + 1))
-        for n in re.findall(r"\d+", _SEQ_RANGE.sub(" ", listed)):
-            seqs.append(int(n))
-    unique = list(dict.fromkeys(seqs))
-    return unique[:TOOL_MAX_SEQS], max(0, len(unique) - TOOL_MAX_SEQS)
+        for item in _SEQ_ITEM.finditer(ref.group(1)):
+            lo = int(item.group(1))
+            hi = int(item.group(2)) if item.group(2) else lo
+            lo, hi = min(lo, hi), max(lo, hi)
+            if hi <= _MAX_SEQ:
+                items.append((lo, hi))
+    seqs: list[int] = []
+    left: list[tuple[int, int]] = []
+    for lo, hi in items:
+        n = lo
+        while n <= hi and len(seqs) < TOOL_MAX_SEQS:
+            if n not in seqs:
+                seqs.append(n)
+            n += 1
+        if n <= hi:
+            left.append((n, hi))
+    rest = ", ".join(str(lo) if lo == hi else f"{lo} to {hi}" for lo, hi in left)
+    if rest:
+        rest = f"seq {rest}" if len(left) == 1 and left[0][0] == left[0][1] else f"seqs {rest}"
+    return seqs, rest
+
+
+def _other_words(query: str) -> str:
+    """The query's words besides its seq references and the words asking for them."""
+    kept = []
+    for word in _SEQ_REF.sub(" ", query).split():
+        bare = word.strip("?!.,;:'\"()").lower()
+        if len(bare) >= 3 and bare not in _FILLER:
+            kept.append(word)
+    return " ".join(kept)

@@ -28,7 +28,7 @@ pub struct RecallFigures {
     pub identifier: Measurement,
     /// A search for two words that most of the session's messages hold.
     pub words: Measurement,
-    /// A fetch of three seqs.
+    /// A fetch of one seq.
     pub seqs: Measurement,
     /// A bare primary-key read of one archived row.
     pub primary_key: Measurement,
