@@ -144,10 +144,17 @@ pub async fn setup(overrides: &[(&str, &str)]) -> TestApp {
         .expect("a database URL");
     store.migrate().await.expect("migrations");
     let nats = async_nats::connect(NATS_URL).await.expect("NATS");
-    // Recall goes to the workers' own NATS (a private one, for the job tests).
+    // Recall goes to the workers' own NATS (a private one, for the job tests). That one
+    // may not be up yet (the outage tests start it later) or may want credentials the
+    // test gives its workers only (the access tests, which use no recall): connected in
+    // the background, so that only a test that recalls through it depends on it.
     let recall_nats = match env["NATS_URL"].as_str() {
         NATS_URL => nats.clone(),
-        other => async_nats::connect(other).await.expect("the workers' NATS"),
+        other => async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect(other)
+            .await
+            .expect("a NATS URL"),
     };
     TestApp {
         db,
