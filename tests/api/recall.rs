@@ -549,8 +549,8 @@ async fn a_cleared_results_original_outlives_its_placeholder_until_restored() {
 
 /// A fetch of 50 seqs of 20,000 chars each, most of them escaped six bytes to the char
 /// in JSON (a tool dumped control characters), is far past NATS's 1 MiB `max_payload`:
-/// the reply is cut from its longest results to fit, and the agent gets every result
-/// instead of waiting out its timeout for a reply NATS refused.
+/// the results share the room (`RecallReply::encode_within`), and the agent gets every
+/// result instead of waiting out its timeout for a reply NATS refused.
 #[tokio::test]
 async fn a_fetch_too_large_for_one_nats_message_is_cut_to_fit() {
     let app = spawn_app().await;

@@ -470,7 +470,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reply_too_long_for_nats_is_cut_from_its_longest_results() {
+    fn a_reply_too_long_for_nats_is_cut_evenly_to_fit() {
         let result = |seq: i64, content: String| Recalled {
             seq,
             role: "tool".to_owned(),
