@@ -81,6 +81,7 @@ impl Application {
         let policy = Policy {
             enabled: settings.enabled,
             limits: settings.limits,
+            threshold_tokens: settings.threshold_tokens,
             bounds: settings.bounds,
             lease_duration: settings.lease_duration,
             failure_backoff: settings.failure_backoff,

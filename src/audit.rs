@@ -35,7 +35,8 @@ const INVARIANTS: &[Invariant] = &[
     },
     Invariant {
         name: "misplaced_summary",
-        description: "a summary is not before every non-system message of its session",
+        description: "a summary is not before every message of its session but system \
+                      and pinned ones (and a pinned message's tool-call partners)",
         query: Query::MisplacedSummary,
         remedy: None,
     },

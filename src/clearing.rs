@@ -116,6 +116,7 @@ pub fn plan(messages: &[Message], already: &[bool], rules: &Rules, target_chars:
             break;
         }
         if m.role != Role::Tool
+            || m.pinned
             || already.get(i).copied().unwrap_or(false)
             || m.chars < rules.min_chars
         {

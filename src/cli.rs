@@ -58,7 +58,8 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         compactions: i64,
         /// Set one of the session's settings: enabled=true|false, threshold_chars=N,
-        /// keep_chars=N, model=NAME, tool_output_clearing=on|off, tool_output_keep=N.
+        /// keep_chars=N, model=NAME, tool_output_clearing=on|off, tool_output_keep=N,
+        /// threshold_tokens=N.
         /// Repeatable; checked as a whole, nothing is written when one is wrong.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
@@ -125,6 +126,22 @@ enum Command {
         /// How long to wait for a worker's reply.
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
+    },
+    /// Compact a session now, through the fleet, even below its threshold (a forced
+    /// compaction: docs/protocol.md, "Forced compactions"), and print the reply. Exit 0
+    /// when it compacted, 1 otherwise (skipped, busy, rejected, failed, no reply).
+    Compact {
+        session_id: String,
+        /// The summary's focus: what it should keep first (at most 4,000 chars).
+        #[arg(long)]
+        instructions: Option<String>,
+        /// Keep at least this many of the newest chars (clamped to the worker's bounds).
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+        keep_chars: Option<i64>,
+        /// How long to wait for the reply; default: LLM_DEADLINE_MS and 10 s more, as a
+        /// compaction may take the LLM's whole deadline.
+        #[arg(long)]
+        timeout_ms: Option<u64>,
     },
     /// The durable job queue's dead letters (TRANSPORT=jetstream|both): jobs that failed
     /// JETSTREAM_MAX_DELIVER times.
@@ -348,6 +365,36 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 .await;
             return Ok(print_decision(&decision));
         }
+        Command::Compact {
+            session_id,
+            instructions,
+            keep_chars,
+            timeout_ms,
+        } => {
+            let timeout = timeout_ms.map_or(
+                settings.llm.deadline + Duration::from_secs(10),
+                Duration::from_millis,
+            );
+            let nats = transport::connect_once(&settings, "summarizer-compact").await?;
+            let client = TurnClient::new(nats, settings.subject.clone());
+            let overrides = crate::protocol::Overrides {
+                keep_chars,
+                ..crate::protocol::Overrides::default()
+            };
+            let decision = client
+                .compact(&session_id, instructions.as_deref(), overrides, timeout)
+                .await;
+            let printed = print_decision(&decision);
+            let compacted = matches!(
+                &decision,
+                Decision::Replied(reply) if reply.status == crate::outcome::Status::Compacted
+            );
+            return Ok(if compacted {
+                printed
+            } else {
+                ExitCode::FAILURE
+            });
+        }
         Command::DeadLetters { action } => return dead_letters(&settings, action).await,
         Command::Demo(args) => demo::run(settings, args).await?,
         Command::Eval(args) => crate::eval::run(settings, args).await?,
@@ -451,6 +498,12 @@ async fn change_session(
             "model": session.model.as_deref().unwrap_or(&settings.llm.model),
             "tool_output_clearing": clearing.is_some(),
             "tool_output_keep": clearing.unwrap_or(settings.tool_outputs.keep),
+            "threshold_tokens": overrides::threshold_tokens(
+                settings.threshold_tokens,
+                settings.bounds,
+                &session,
+                Overrides::default(),
+            ),
         },
     });
     println!("{}", serde_json::to_string_pretty(&printed)?);

@@ -56,13 +56,29 @@ impl Default for Extractive {
 
 impl Summarizer for Extractive {
     fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
+        self.summarize_in_context(&[], old, None, None)
+    }
+
+    /// The system messages and the model are of no use here; `instructions` weigh the
+    /// findings that share a word with them (see [`units::focus`]).
+    fn summarize_in_context<'a>(
+        &'a self,
+        _context: &'a [Message],
+        old: &'a [Message],
+        _model: Option<&'a str>,
+        instructions: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         // Linear, but the old part may hold megabytes of tool output: on the blocking
         // pool, so that the async threads go on serving other events meanwhile. The copy
         // costs less than the summarizing.
         let old = old.to_vec();
+        let instructions = instructions.map(str::to_owned);
         let max_chars = self.max_chars;
         async move {
-            match tokio::task::spawn_blocking(move || summarize(&old, max_chars)).await {
+            let summarized = tokio::task::spawn_blocking(move || {
+                summarize_focused(&old, max_chars, instructions.as_deref())
+            });
+            match summarized.await {
                 Ok(summarized) => summarized,
                 // A panic stays a panic: the compaction's task turns it into `failed`.
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -97,7 +113,18 @@ const OLD_SHARE: (usize, usize) = (1, 2);
 /// ... and the share the new statements may then fill.
 const NEW_SHARE: (usize, usize) = (2, 3);
 
+#[cfg(test)]
 fn summarize(old: &[Message], max_chars: usize) -> Result<Summary, LlmError> {
+    summarize_focused(old, max_chars, None)
+}
+
+/// The summary of `old` in at most `max_chars`, its findings weighed towards
+/// `instructions` when given.
+fn summarize_focused(
+    old: &[Message],
+    max_chars: usize,
+    instructions: Option<&str>,
+) -> Result<Summary, LlmError> {
     let input_chars = usize::try_from(old.iter().map(|m| m.chars).sum::<i64>()).unwrap_or(0);
     let budget = (input_chars / COMPRESSION)
         .max(MIN_BUDGET)
@@ -111,7 +138,10 @@ fn summarize(old: &[Message], max_chars: usize) -> Result<Summary, LlmError> {
     if budget < SKELETON + 40 {
         return Err(too_small());
     }
-    let collected = units::collect(old);
+    let mut collected = units::collect(old);
+    if let Some(instructions) = instructions {
+        units::focus(&mut collected, instructions);
+    }
     let mut covered = vec![false; collected.ids.len()];
     let room = budget - SKELETON;
 

@@ -60,6 +60,9 @@ pub struct Message {
     pub is_summary: bool,
     /// Computed by the database; the one definition of a message's size.
     pub chars: i64,
+    /// `messages.pinned`: never summarized, cleared or archived; it keeps its place, as a
+    /// system message does (docs/compaction.md, "Pinned messages").
+    pub pinned: bool,
 }
 
 impl Message {
@@ -80,6 +83,7 @@ impl Message {
             tool_call_id: None,
             is_summary: false,
             chars: char_count(content),
+            pinned: false,
         }
     }
 

@@ -29,6 +29,8 @@ pub struct SessionSettings {
     pub tool_output_clearing: Option<bool>,
     /// ... and how many of the newest tool results they never clear (`TOOL_OUTPUT_KEEP`).
     pub tool_output_keep: Option<i64>,
+    /// Compact when its tokens are over this many (`SUMMARIZATION_THRESHOLD_TOKENS`).
+    pub threshold_tokens: Option<i64>,
 }
 
 impl SessionSettings {
@@ -57,6 +59,7 @@ impl SessionSettings {
                 Change::Unset(Key::Model) => next.model = None,
                 Change::Unset(Key::ToolOutputClearing) => next.tool_output_clearing = None,
                 Change::Unset(Key::ToolOutputKeep) => next.tool_output_keep = None,
+                Change::Unset(Key::ThresholdTokens) => next.threshold_tokens = None,
             }
         }
         next.check_keep(configured)?;
@@ -90,6 +93,17 @@ impl SessionSettings {
                     }
                 });
             }
+            Key::ThresholdTokens => match value.parse::<i64>() {
+                Ok(n) if (1..=crate::protocol::MAX_TOKENS).contains(&n) => {
+                    self.threshold_tokens = Some(n);
+                }
+                _ => {
+                    return Err(InvalidSetting(format!(
+                        "threshold_tokens must be an integer from 1 to {}, got {value:?}",
+                        crate::protocol::MAX_TOKENS
+                    )));
+                }
+            },
             Key::ToolOutputKeep => match value.parse::<i64>() {
                 Ok(n) if n >= 0 => self.tool_output_keep = Some(n),
                 _ => {
@@ -141,16 +155,18 @@ pub enum Key {
     Model,
     ToolOutputClearing,
     ToolOutputKeep,
+    ThresholdTokens,
 }
 
 impl Key {
-    const ALL: [Key; 6] = [
+    const ALL: [Key; 7] = [
         Key::Enabled,
         Key::ThresholdChars,
         Key::KeepChars,
         Key::Model,
         Key::ToolOutputClearing,
         Key::ToolOutputKeep,
+        Key::ThresholdTokens,
     ];
 
     pub fn name(self) -> &'static str {
@@ -161,6 +177,7 @@ impl Key {
             Key::Model => "model",
             Key::ToolOutputClearing => "tool_output_clearing",
             Key::ToolOutputKeep => "tool_output_keep",
+            Key::ThresholdTokens => "threshold_tokens",
         }
     }
 
@@ -265,6 +282,72 @@ pub fn clearing(
             .and_then(|keep| usize::try_from(keep).ok())
             .unwrap_or(configured.keep)
     })
+}
+
+/// The chars per token a session's tokens are estimated with before its first
+/// compaction measured its own: about what `o200k_base` gives English prose. Tool output
+/// (JSON, logs, code) has fewer chars per token, so a first estimate is low for it: an
+/// agent that wants its trigger exact sends `context_tokens`.
+pub const DEFAULT_CHARS_PER_TOKEN: f64 = 4.0;
+
+/// The token threshold an event runs with: the request's `threshold_tokens`, else the
+/// session's, else `SUMMARIZATION_THRESHOLD_TOKENS` (`configured`; 0 is off). A request's
+/// or session's is raised to at least `SUMMARIZATION_MIN_THRESHOLD_CHARS` over
+/// [`DEFAULT_CHARS_PER_TOKEN`], as its `threshold_chars` would be raised to that bound.
+/// `None`: no token threshold.
+pub fn threshold_tokens(
+    configured: i64,
+    bounds: Bounds,
+    session: &SessionSettings,
+    request: Overrides,
+) -> Option<i64> {
+    let min = ((bounds.min_threshold_chars as f64 / DEFAULT_CHARS_PER_TOKEN).ceil() as i64).max(1);
+    match request.threshold_tokens.or(session.threshold_tokens) {
+        Some(tokens) => Some(tokens.max(min)),
+        None => (configured > 0).then_some(configured),
+    }
+}
+
+/// A session's tokens: the `context_tokens` its agent reported (`reported`), else its
+/// `total_chars` over the chars per token measured at its last compaction
+/// (`chars_per_token`), else over [`DEFAULT_CHARS_PER_TOKEN`]. O(1): no history is read.
+pub fn session_tokens(
+    total_chars: i64,
+    chars_per_token: Option<f64>,
+    reported: Option<i64>,
+) -> i64 {
+    reported.unwrap_or_else(|| {
+        let ratio = chars_per_token
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .unwrap_or(DEFAULT_CHARS_PER_TOKEN);
+        // A float to int cast saturates.
+        (total_chars as f64 / ratio).ceil() as i64
+    })
+}
+
+/// `limits` for a session of `total_chars` chars and `tokens` tokens, with the token
+/// threshold `threshold_tokens`: as they are when it is off or not passed; when the
+/// session is over it, the threshold in chars becomes the chars at which it would have
+/// met it at its own chars per token, so that the planner (and a clearing's "has it made
+/// room enough") weigh the session as the trigger did.
+pub fn with_token_threshold(
+    limits: Limits,
+    total_chars: i64,
+    tokens: i64,
+    threshold_tokens: Option<i64>,
+) -> Limits {
+    match threshold_tokens {
+        Some(threshold) if tokens > threshold => {
+            let at = i128::from(total_chars) * i128::from(threshold) / i128::from(tokens);
+            Limits {
+                threshold_chars: limits
+                    .threshold_chars
+                    .min(i64::try_from(at).unwrap_or(i64::MAX)),
+                ..limits
+            }
+        }
+        _ => limits,
+    }
 }
 
 #[cfg(test)]

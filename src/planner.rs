@@ -14,7 +14,7 @@ pub struct Split {
     /// Index of the first kept message: a human turn.
     pub cut: usize,
     /// Indices of the messages the summary replaces, oldest first: every message before
-    /// `cut` except `system` ones, which stay where they are.
+    /// `cut` except those that stay where they are (see [`stays_in_place`]).
     pub removed: Vec<usize>,
 }
 
@@ -72,9 +72,8 @@ pub fn plan(messages: &[Message], limits: Limits) -> Result<Split, Reason> {
         .find(|&i| messages[i].is_human_turn() && !splits_a_call[i])
         .ok_or(Reason::NoSafeBoundary)?;
 
-    let removed: Vec<usize> = (0..cut)
-        .filter(|&i| messages[i].role != Role::System)
-        .collect();
+    let stays = stays_in_place(messages);
+    let removed: Vec<usize> = (0..cut).filter(|&i| !stays[i]).collect();
     if removed.is_empty() {
         return Err(Reason::NoSafeBoundary);
     }
@@ -82,6 +81,45 @@ pub fn plan(messages: &[Message], limits: Limits) -> Result<Split, Reason> {
         return Err(Reason::NothingToCompact);
     }
     Ok(Split { cut, removed })
+}
+
+/// `result[i]` is true when message `i` stays where it is whatever the cut, as system
+/// messages do: a system message, a pinned one (`messages.pinned`), and the tool-call
+/// partners of a pinned one, so that pinning never breaks a pair. A pinned call keeps
+/// its results; a pinned result keeps the call it answers, and with it that call's other
+/// results. A result answers the nearest earlier call of its id (see [`calls_spanning`]).
+///
+/// Linear in the messages and their calls; one allocation when nothing is pinned.
+pub fn stays_in_place(messages: &[Message]) -> Vec<bool> {
+    let mut stays: Vec<bool> = (messages.iter())
+        .map(|m| m.role == Role::System || m.pinned)
+        .collect();
+    if !messages.iter().any(|m| m.pinned) {
+        return stays;
+    }
+    // Each result's call, and whether that call stays for a pinned partner.
+    let mut latest: HashMap<String, usize> = HashMap::new();
+    let mut call_of: Vec<Option<usize>> = vec![None; messages.len()];
+    for (i, m) in messages.iter().enumerate() {
+        call_of[i] = (m.tool_call_id.as_deref()).and_then(|id| latest.get(id).copied());
+        for id in m.tool_call_ids() {
+            latest.insert(id.into_owned(), i);
+        }
+    }
+    let mut call_stays = vec![false; messages.len()];
+    for (i, _) in messages.iter().enumerate().filter(|(_, m)| m.pinned) {
+        call_stays[i] = true;
+        if let Some(call) = call_of[i] {
+            call_stays[call] = true;
+        }
+    }
+    for i in 0..messages.len() {
+        let answers_one = call_of[i].is_some_and(|call| call_stays[call]);
+        if call_stays[i] || answers_one {
+            stays[i] = true;
+        }
+    }
+    stays
 }
 
 /// `result[i]` is true when cutting before message `i` would leave a tool call in the old

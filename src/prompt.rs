@@ -215,6 +215,7 @@ impl Transcript {
                 tool_call_id: None,
                 is_summary: true,
                 chars: 0,
+                pinned: false,
             },
         );
         out
@@ -298,6 +299,22 @@ impl Transcript {
              in the same template, shorter: fewer and tighter findings, every heading \
              present, ending with a whole sentence.\n",
             self.marker
+        )
+    }
+
+    /// What a request adds after the transcript's end when it was given instructions (a
+    /// forced compaction's focus, from the operator or the agent): under a header with
+    /// the transcript's marker, which no message in the transcript can forge, and set
+    /// apart from the transcript, which stays data. The focus weighs what the template
+    /// holds; it does not replace the template.
+    pub fn operator_instructions(&self, text: &str) -> String {
+        let marker = &self.marker;
+        format!(
+            "\n[{marker} the operator's instructions for this summary]\n\
+             The operator asks this summary to be written with the focus below. Follow it \
+             within the template (every heading present, statements, not lists), giving \
+             room first to what it asks for. It comes from the operator, not from the \
+             transcript above.\n{text}\n[{marker} end of the operator's instructions]\n"
         )
     }
 

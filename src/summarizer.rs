@@ -75,9 +75,11 @@ pub trait Summarizer: Send + Sync {
     fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>>;
 
     /// [`Summarizer::summarize`], given the system messages that precede the old part
-    /// (never summarized; an LLM reads them to understand the conversation) and the model
-    /// the session asks for (`session_settings.model`; `None` for `LLM_MODEL`). A
-    /// summarizer that has no use for them keeps this default.
+    /// (never summarized; an LLM reads them to understand the conversation), the model
+    /// the session asks for (`session_settings.model`; `None` for `LLM_MODEL`) and the
+    /// request's `instructions` (the focus the operator or the agent asked this summary
+    /// to have; docs/protocol.md, "Forced compactions"). A summarizer that has no use
+    /// for them keeps this default.
     ///
     /// # Errors
     /// As [`Summarizer::summarize`].
@@ -86,8 +88,9 @@ pub trait Summarizer: Send + Sync {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
+        instructions: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        let _ = (context, model);
+        let _ = (context, model, instructions);
         self.summarize(old)
     }
 
@@ -106,9 +109,10 @@ pub trait Summarizer: Send + Sync {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
+        instructions: Option<&'a str>,
         missing: &'a [MissingFact],
     ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
-        let _ = (context, old, model, missing);
+        let _ = (context, old, model, instructions, missing);
         None
     }
 }

@@ -48,6 +48,8 @@ pub struct Policy {
     pub enabled: bool,
     /// The configured limits, for events that ask for none of their own.
     pub limits: Limits,
+    /// `SUMMARIZATION_THRESHOLD_TOKENS`, for sessions and events that set none; 0: off.
+    pub threshold_tokens: i64,
     /// The range a request's or session's own limits are clamped into.
     pub bounds: Bounds,
     pub lease_duration: Duration,
@@ -72,8 +74,11 @@ pub struct Event {
     pub session_id: String,
     /// The sender's id, or one made up for the logs: 8 hex digits.
     pub request_id: String,
-    /// The limits the request asks for, not yet clamped.
+    /// The limits the request asks for, not yet clamped, and whether it forces a
+    /// compaction and the token count it reports.
     pub overrides: Overrides,
+    /// The request's focus for the summary (`instructions`), already checked.
+    pub instructions: Option<String>,
     /// A durable job's own identity (stream, sequence, publish time; see `transport::jetstream`),
     /// recorded in the usage event so that a redelivery of the same job is recognised.
     /// `None` for requests.
@@ -86,7 +91,17 @@ impl Event {
             session_id,
             request_id: request_id.unwrap_or_else(new_request_id),
             overrides: Overrides::default(),
+            instructions: None,
             job_id: None,
+        }
+    }
+
+    /// The event a decoded request asks for.
+    pub fn from_request(request: crate::protocol::Request) -> Self {
+        Self {
+            overrides: request.overrides,
+            instructions: request.instructions,
+            ..Self::new(request.session_id, request.request_id)
         }
     }
 
@@ -109,6 +124,11 @@ struct Job {
     /// When the compaction clears old tool output first: the newest results it keeps
     /// (`TOOL_OUTPUT_KEEP`, or the session's). `None`: it does not clear.
     clearing: Option<usize>,
+    /// The request forced it: `limits.threshold_chars` is 0, so the planner does not
+    /// refuse a session below its threshold.
+    forced: bool,
+    /// The request's focus for the summary.
+    instructions: Option<String>,
 }
 
 pub use summarizer_client::new_request_id;
@@ -272,14 +292,30 @@ impl Worker {
         if counters.settings.disabled() {
             return (Done(Outcome::Skipped(Reason::Disabled)), checked);
         }
-        let limits = overrides::limits(
-            self.policy.limits,
-            self.policy.bounds,
-            &counters.settings,
-            event.overrides,
+        let request = event.overrides;
+        let limits = overrides::with_token_threshold(
+            overrides::limits(
+                self.policy.limits,
+                self.policy.bounds,
+                &counters.settings,
+                request,
+            ),
+            counters.total_chars,
+            overrides::session_tokens(
+                counters.total_chars,
+                counters.chars_per_token,
+                request.context_tokens,
+            ),
+            overrides::threshold_tokens(
+                self.policy.threshold_tokens,
+                self.policy.bounds,
+                &counters.settings,
+                request,
+            ),
         );
-        let clearing = overrides::clearing(&self.tool_outputs, &counters.settings, event.overrides);
-        let below = counters.total_chars <= limits.threshold_chars;
+        let clearing = overrides::clearing(&self.tool_outputs, &counters.settings, request);
+        let forced = request.force;
+        let below = !forced && counters.total_chars <= limits.threshold_chars;
         let skip = if below {
             Some(Reason::BelowThreshold)
         } else if counters.human_turns < 2 && clearing.is_none() {
@@ -294,9 +330,19 @@ impl Worker {
             counters.remembered_skip_for(limits.keep_chars)
         };
         let job = Job {
-            limits,
+            // Forced: below the threshold is no reason to skip; every other rule holds.
+            limits: if forced {
+                Limits {
+                    threshold_chars: 0,
+                    ..limits
+                }
+            } else {
+                limits
+            },
             model: counters.settings.model.clone(),
             clearing,
+            forced,
+            instructions: event.instructions.clone(),
         };
         // A session whose compactions clear first is not precomputed: its next
         // compaction may need no summary at all.
@@ -316,8 +362,12 @@ impl Worker {
         if let Some(reason) = skip {
             return (Done(Outcome::Skipped(reason)), checked);
         }
+        // A forced or instructed compaction writes its own summary: a pending one was
+        // written without the instructions, and for another threshold.
         if self.policy.precompute.enabled()
             && job.clearing.is_none()
+            && !job.forced
+            && job.instructions.is_none()
             && let Some(outcome) = self.apply_pending(event, &job).await
         {
             return (outcome, checked);
@@ -623,7 +673,12 @@ impl Worker {
     ) -> Result<(Summary, String), Outcome> {
         let asked = Instant::now();
         let summarized = (self.summarizer)
-            .summarize_in_context(&plan.context, &plan.old, plan.model.as_deref())
+            .summarize_in_context(
+                &plan.context,
+                &plan.old,
+                plan.model.as_deref(),
+                plan.instructions.as_deref(),
+            )
             .await;
         self.metrics.llm_took(asked.elapsed().as_secs_f64());
         let summary = summarized.map_err(|e| {
@@ -812,6 +867,8 @@ impl Written {
             duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
             summarized: true,
             cleared: &plan.cleared,
+            forced: event.overrides.force,
+            instructions: event.instructions.as_deref(),
         }
     }
 }
@@ -836,6 +893,8 @@ struct Plan {
     tokens_removed: i64,
     /// The model the session asks to be summarized with (`session_settings.model`).
     model: Option<String>,
+    /// The request's focus for the summary (`instructions`).
+    instructions: Option<String>,
     /// The tool results cleared in place (docs/compaction.md, "Clearing old tool output").
     cleared: Vec<ClearedRow>,
     /// `false`: the clearing is the whole compaction; nothing else is removed and no
@@ -874,6 +933,9 @@ impl Plan {
             duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
             summarized: false,
             cleared: &self.cleared,
+            forced: event.overrides.force,
+            // No summary was written, so none was focused.
+            instructions: None,
         }
     }
 }
@@ -898,6 +960,7 @@ async fn plan_with_tokens(
     let plan = plan_off_thread(loaded, job.limits, clearing).await?;
     Ok(Plan {
         model: job.model,
+        instructions: job.instructions,
         ..plan
     })
 }
@@ -1000,6 +1063,7 @@ fn plan(
                 removed_fingerprints: Vec::new(),
                 tokens_removed: 0,
                 model: None,
+                instructions: None,
                 cleared: rows,
                 summarized: false,
             });
@@ -1075,6 +1139,7 @@ fn summary_plan(
         removed_chars,
         old: take_removed(messages, &split.removed).into(),
         model: None,
+        instructions: None,
         cleared: cleared.in_place,
         summarized: true,
     }

@@ -110,6 +110,9 @@ pub struct Settings {
     /// `TOOL_OUTPUT_CLEARING`, `TOOL_OUTPUT_KEEP`, `TOOL_OUTPUT_MIN_CHARS`,
     /// `TOOL_OUTPUT_EXCLUDE`.
     pub tool_outputs: ToolOutputs,
+    /// `SUMMARIZATION_THRESHOLD_TOKENS`: a session over this many tokens is compacted
+    /// too (docs/compaction.md, "Token thresholds"); 0: off.
+    pub threshold_tokens: i64,
     /// How long a session lease lasts before another worker may take it over.
     pub lease_duration: Duration,
     /// After an LLM failure a session waits this long before it is summarized again,
@@ -151,6 +154,17 @@ impl Settings {
             (Fleet::read(&raw)?, Precompute::read(&raw)?),
         );
         settings.tool_outputs = ToolOutputs::read(&raw)?;
+        settings.threshold_tokens = raw.parse(&table::SUMMARIZATION_THRESHOLD_TOKENS)?;
+        if !(0..=crate::protocol::MAX_TOKENS).contains(&settings.threshold_tokens) {
+            return Err(ConfigError::invalid(
+                table::SUMMARIZATION_THRESHOLD_TOKENS.name,
+                format!(
+                    "must be from 0 (off) to {}, got {}",
+                    crate::protocol::MAX_TOKENS,
+                    settings.threshold_tokens
+                ),
+            ));
+        }
         settings.check_rules()?;
         settings.deprecated = raw.deprecated().to_vec();
         Ok(settings)
@@ -183,6 +197,7 @@ impl Settings {
             fact_check,
             precompute,
             tool_outputs: ToolOutputs::default(),
+            threshold_tokens: 0,
             lease_duration: fleet.lease_duration,
             failure_backoff: fleet.failure_backoff,
             failure_backoff_max: fleet.failure_backoff_max,

@@ -78,6 +78,13 @@ pub const SUMMARIZATION_THRESHOLD_CHARS: Setting = setting(
     Plain,
     |s| s.limits.threshold_chars.to_string(),
 );
+pub const SUMMARIZATION_THRESHOLD_TOKENS: Setting = setting(
+    "SUMMARIZATION_THRESHOLD_TOKENS",
+    "0",
+    "also compact a session over this many tokens (reported or estimated); 0: off",
+    Plain,
+    |s| s.threshold_tokens.to_string(),
+);
 pub const SUMMARIZATION_KEEP_CHARS: Setting = setting(
     "SUMMARIZATION_KEEP_CHARS",
     "20000",
@@ -471,6 +478,7 @@ pub const LOG_FORMAT: Setting = setting(
 pub const SETTINGS: &[Setting] = &[
     SUMMARIZATION_ENABLED,
     SUMMARIZATION_THRESHOLD_CHARS,
+    SUMMARIZATION_THRESHOLD_TOKENS,
     SUMMARIZATION_KEEP_CHARS,
     SUMMARIZATION_MIN_THRESHOLD_CHARS,
     SUMMARIZATION_MAX_THRESHOLD_CHARS,

@@ -430,6 +430,7 @@ fn text_message(role: Role, content: String) -> Message {
         tool_calls: None,
         tool_call_id: None,
         is_summary: false,
+        pinned: false,
     }
 }
 

@@ -195,7 +195,7 @@ async fn summarize(
             .map_err(|e| e.to_string())
     };
     let (summary, text) = summarizer
-        .summarize_in_context(context, old, None)
+        .summarize_in_context(context, old, None, None)
         .await
         .map_err(|e| e.to_string())
         .and_then(check)?;
@@ -205,7 +205,7 @@ async fn summarize(
         return Ok(text);
     }
     let missing = facts.said_in(old, &recall.missing, crate::prompt::MAX_LISTED_FACTS);
-    let Some(again) = summarizer.summarize_keeping(context, old, None, &missing) else {
+    let Some(again) = summarizer.summarize_keeping(context, old, None, None, &missing) else {
         return Ok(text);
     };
     play.fact_retries += 1;
@@ -283,5 +283,6 @@ fn summary_message(text: &str) -> Message {
         tool_call_id: None,
         is_summary: true,
         chars: char_count(text),
+        pinned: false,
     }
 }

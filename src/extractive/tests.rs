@@ -606,3 +606,52 @@ fn a_log_line_ending_in_a_semicolon_is_a_finding_and_code_is_not() {
         "{text}"
     );
 }
+
+/// A long investigation of thirty like findings: a tight summary states a few of them.
+fn many_findings() -> Vec<Message> {
+    let mut old = vec![msg(
+        Role::User,
+        "Why did checkout-api p99 latency triple at 09:40 UTC? Please investigate.",
+    )];
+    for i in 0..30 {
+        old.push(msg(
+            Role::Assistant,
+            &format!(
+                "Node ip-10-0-{i}-7 reported gc pauses of {}ms during the incident window, \
+                 and pod checkout-api-{i:02}x restarted {} times since the deploy v2.{i}.1.",
+                100 + i,
+                2 + i % 3
+            ),
+        ));
+        old.push(msg(
+            Role::User,
+            &format!("Noted pod checkout-api-{i:02}x; go on."),
+        ));
+    }
+    old
+}
+
+#[test]
+fn instructions_weigh_the_findings_that_share_their_words() {
+    let old = many_findings();
+    let finding = "Node ip-10-0-17-7 reported gc pauses of 117ms";
+    let plain = summarize_focused(&old, 1_200, None).unwrap().text;
+    assert!(
+        !plain.contains(finding),
+        "the test needs a finding a tight summary leaves out:\n{plain}"
+    );
+    let focused = summarize_focused(&old, 1_200, Some("What happened on IP-10-0-17-7?"))
+        .unwrap()
+        .text;
+    assert!(
+        focused.contains(finding),
+        "the finding on the focus is stated whole:\n{focused}"
+    );
+    // Instructions that share no word with any finding change nothing.
+    assert_eq!(
+        summarize_focused(&old, 1_200, Some("Be brief, please."))
+            .unwrap()
+            .text,
+        plain
+    );
+}

@@ -360,6 +360,53 @@ pub(super) fn collect(old: &[Message]) -> Collected {
     collected
 }
 
+/// What sharing a word with the request's instructions adds to the weight of each
+/// identifier in a unit: more than being said ([`SAID`]), so that a finding on the focus
+/// asked for displaces one that is not.
+pub(super) const FOCUS: u32 = 2 * SAID;
+
+/// Words too common to tell a focus: an instruction's own verbs and fillers.
+const NOT_A_FOCUS: &[&str] = &[
+    "about", "and", "are", "but", "focus", "for", "from", "into", "keep", "mention", "more", "not",
+    "note", "only", "please", "summary", "that", "the", "their", "this", "what", "when", "which",
+    "with",
+];
+
+/// Weighs the findings that share a word with `instructions` (a forced compaction's
+/// focus): each identifier of a unit that holds one of its words (3 chars or more,
+/// case-insensitive, whole words, common ones aside) gains [`FOCUS`]. A unit without an
+/// identifier gains nothing, as it weighs nothing to begin with.
+pub(super) fn focus(collected: &mut Collected, instructions: &str) {
+    let wanted: std::collections::HashSet<String> = words(instructions)
+        .filter(|w| !NOT_A_FOCUS.contains(&w.as_str()))
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    let mut focused = vec![false; collected.weights.len()];
+    for unit in collected.units.iter().filter(|u| !u.ids.is_empty()) {
+        if words(&unit.text).any(|w| wanted.contains(&w)) {
+            for &id in &unit.ids {
+                focused[id as usize] = true;
+            }
+        }
+    }
+    for (weight, _) in (collected.weights.iter_mut())
+        .zip(focused)
+        .filter(|(_, f)| *f)
+    {
+        *weight += FOCUS;
+    }
+}
+
+/// The lowercase words of `text` of 3 chars or more: runs of letters, digits, `-`, `_`.
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_'))
+        .map(|w| w.trim_matches(|c| c == '-' || c == '_'))
+        .filter(|w| w.chars().count() >= 3)
+        .map(str::to_lowercase)
+}
+
 /// An earlier summary's sections: its bullets and ruled-out items become units, so
 /// that its facts compete with the new ones on equal terms.
 fn earlier(summary: &str, index: usize, raw: &mut Vec<Raw>, collected: &mut Collected) {

@@ -114,7 +114,7 @@ impl LlmSummarizer {
         &self,
         context: &[Message],
         old: &[Message],
-        model: Option<&str>,
+        (model, instructions): (Option<&str>, Option<&str>),
         missing: Option<MissingFacts>,
     ) -> Result<Summary, LlmError> {
         let deadline = Instant::now() + self.deadline + PROVIDER_GRACE;
@@ -124,8 +124,11 @@ impl LlmSummarizer {
             old.to_vec(),
             self.prompt.system().to_owned(),
         );
+        let instructions = instructions.map(str::to_owned);
         let rendered = cpu(large, move || {
-            Rendered::of(system, &context, &owned).with_missing(missing.as_ref())
+            Rendered::of(system, &context, &owned)
+                .with_instructions(instructions.as_deref())
+                .with_missing(missing.as_ref())
         })
         .await?;
         let rendered = Arc::new(rendered);
@@ -224,7 +227,7 @@ impl LlmSummarizer {
 
 impl Summarizer for LlmSummarizer {
     fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_all(&[], old, None, None).boxed()
+        self.summarize_all(&[], old, (None, None), None).boxed()
     }
 
     fn summarize_in_context<'a>(
@@ -232,8 +235,9 @@ impl Summarizer for LlmSummarizer {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
+        instructions: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_all(context, old, model, None).boxed()
+        (self.summarize_all(context, old, (model, instructions), None)).boxed()
     }
 
     /// The whole summarization again (a model told what it lost may write differently
@@ -245,11 +249,12 @@ impl Summarizer for LlmSummarizer {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
+        instructions: Option<&'a str>,
         missing: &'a [MissingFact],
     ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
         let missing = MissingFacts::of(missing, self.max_input_tokens);
         Some(
-            self.summarize_all(context, old, model, Some(missing))
+            self.summarize_all(context, old, (model, instructions), Some(missing))
                 .boxed(),
         )
     }
@@ -281,6 +286,9 @@ struct Rendered {
     /// missing identifiers). Its room is kept in every request, which costs the earlier
     /// chunks a little room and keeps the planning one pass.
     appendix: Option<String>,
+    /// What every request adds after the transcript: the request's instructions, marked
+    /// as the operator's (see `Transcript::operator_instructions`).
+    instructions: Option<String>,
 }
 
 impl Rendered {
@@ -297,7 +305,19 @@ impl Rendered {
             pieces,
             tokens,
             appendix: None,
+            instructions: None,
         }
+    }
+
+    /// With the request's `instructions` after every request's transcript: each chunk's
+    /// running summary is written with the same focus.
+    fn with_instructions(mut self, instructions: Option<&str>) -> Self {
+        if let Some(text) = instructions {
+            let rendered = self.transcript.operator_instructions(text);
+            self.fixed_tokens += tokens::count(&rendered);
+            self.instructions = Some(rendered);
+        }
+        self
     }
 
     /// With the list of `missing` identifiers after the last request's transcript.
@@ -366,6 +386,9 @@ impl Rendered {
             }
         }
         let mut user = self.transcript.assemble(transcript);
+        if let Some(instructions) = &self.instructions {
+            user.push_str(instructions);
+        }
         if let Some(appendix) = self
             .appendix
             .as_deref()

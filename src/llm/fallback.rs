@@ -39,8 +39,12 @@ impl Fallback {
         context: &[Message],
         old: &[Message],
         model: Option<&str>,
+        instructions: Option<&str>,
     ) -> Result<Summary, LlmError> {
-        let reason = match self.llm.summarize_in_context(context, old, model).await {
+        let reason = match (self.llm)
+            .summarize_in_context(context, old, model, instructions)
+            .await
+        {
             Ok(summary) => {
                 let replaced: i64 = old.iter().map(|m| m.chars).sum();
                 match summary::accept(&summary.text, replaced, self.max_chars) {
@@ -61,7 +65,7 @@ impl Fallback {
             "LLM summarization failed, compacting with the extractive summarizer"
         );
         let mut summary = Extractive::new(self.max_chars as usize)
-            .summarize(old)
+            .summarize_in_context(context, old, None, instructions)
             .await?;
         summary.fallback_reason = Some(reason);
         Ok(summary)
@@ -70,7 +74,7 @@ impl Fallback {
 
 impl Summarizer for Fallback {
     fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_with(&[], old, None).boxed()
+        self.summarize_with(&[], old, None, None).boxed()
     }
 
     fn summarize_in_context<'a>(
@@ -78,8 +82,10 @@ impl Summarizer for Fallback {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
+        instructions: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_with(context, old, model).boxed()
+        self.summarize_with(context, old, model, instructions)
+            .boxed()
     }
 
     /// The LLM's own second attempt, with no fallback: it is asked only when the LLM
@@ -89,9 +95,10 @@ impl Summarizer for Fallback {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
+        instructions: Option<&'a str>,
         missing: &'a [MissingFact],
     ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
-        self.llm.summarize_keeping(context, old, model, missing)
+        (self.llm).summarize_keeping(context, old, model, instructions, missing)
     }
 }
 
@@ -176,6 +183,7 @@ mod tests {
             _context: &'a [Message],
             _old: &'a [Message],
             _model: Option<&'a str>,
+            _instructions: Option<&'a str>,
             missing: &'a [MissingFact],
         ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
             let values: Vec<&str> = missing.iter().map(|f| f.value.as_str()).collect();
@@ -193,7 +201,7 @@ mod tests {
         let over_llm = Fallback::new(Box::new(FailsAgain), Arc::new(Metrics::default()), 6_000);
 
         let again = over_llm
-            .summarize_keeping(&[], &old(), None, &missing)
+            .summarize_keeping(&[], &old(), None, None, &missing)
             .expect("the LLM can do better")
             .await;
 
@@ -205,7 +213,7 @@ mod tests {
         let unable = fallback(Err(|| LlmError::Invalid("down".into())));
         assert!(
             unable
-                .summarize_keeping(&[], &old(), None, &missing)
+                .summarize_keeping(&[], &old(), None, None, &missing)
                 .is_none()
         );
     }

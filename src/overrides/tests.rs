@@ -199,6 +199,7 @@ fn edits_apply_in_order_and_unset_inherits() {
     assert_eq!(
         next,
         SessionSettings {
+            threshold_tokens: None,
             enabled: Some(false),
             threshold_chars: Some(9000),
             keep_chars: Some(3000),
@@ -223,7 +224,7 @@ fn bad_edits_say_what_is_wrong() {
             .0
     };
     assert!(Change::set("colour=blue").unwrap_err().0.contains(
-        "unknown setting \"colour\"; known: enabled, threshold_chars, keep_chars, model, tool_output_clearing, tool_output_keep"
+        "unknown setting \"colour\"; known: enabled, threshold_chars, keep_chars, model, tool_output_clearing, tool_output_keep, threshold_tokens"
     ));
     assert!(
         Change::set("keep_chars")
@@ -285,4 +286,73 @@ fn clearing_is_the_requests_then_the_sessions_then_the_configured_choice() {
     };
     assert_eq!(clearing(&on, &session_off, ask(None)), None);
     assert_eq!(clearing(&on, &session_off, ask(Some(true))), Some(3));
+}
+
+#[test]
+fn the_token_threshold_is_the_requests_then_the_sessions_then_the_configured_one() {
+    let bounds = bounds();
+    let none = SessionSettings::default();
+    let own = SessionSettings {
+        threshold_tokens: Some(50_000),
+        ..SessionSettings::default()
+    };
+    let asks = |tokens| Overrides {
+        threshold_tokens: Some(tokens),
+        ..Overrides::default()
+    };
+    assert_eq!(
+        threshold_tokens(0, bounds, &none, Overrides::default()),
+        None
+    );
+    assert_eq!(
+        threshold_tokens(80_000, bounds, &none, Overrides::default()),
+        Some(80_000)
+    );
+    assert_eq!(
+        threshold_tokens(80_000, bounds, &own, Overrides::default()),
+        Some(50_000)
+    );
+    assert_eq!(
+        threshold_tokens(0, bounds, &own, asks(20_000)),
+        Some(20_000)
+    );
+    // Raised to the chars bound at the default ratio, as threshold_chars is clamped.
+    let floor = (bounds.min_threshold_chars as f64 / DEFAULT_CHARS_PER_TOKEN).ceil() as i64;
+    assert_eq!(threshold_tokens(0, bounds, &none, asks(1)), Some(floor));
+}
+
+#[test]
+fn a_sessions_tokens_are_reported_or_estimated_from_its_own_ratio() {
+    assert_eq!(session_tokens(40_000, None, None), 10_000);
+    assert_eq!(session_tokens(40_000, Some(2.5), None), 16_000);
+    assert_eq!(session_tokens(40_000, Some(2.5), Some(7)), 7);
+    // A ratio that is not a positive number is not used.
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        assert_eq!(session_tokens(40_000, Some(bad), None), 10_000, "{bad}");
+    }
+    assert_eq!(
+        session_tokens(i64::MAX, Some(f64::MIN_POSITIVE), None),
+        i64::MAX
+    );
+}
+
+#[test]
+fn over_its_token_threshold_a_sessions_chars_threshold_is_where_it_met_it() {
+    let limits = limits_of(60_000, 20_000);
+    // 40,000 chars in 20,000 tokens, over 10,000: 20,000 chars was the threshold.
+    assert_eq!(
+        with_token_threshold(limits, 40_000, 20_000, Some(10_000)).threshold_chars,
+        20_000
+    );
+    // At or under it, or with no token threshold: the limits as they were.
+    assert_eq!(
+        with_token_threshold(limits, 40_000, 10_000, Some(10_000)),
+        limits
+    );
+    assert_eq!(with_token_threshold(limits, 40_000, 90_000, None), limits);
+    // Never above the chars threshold, whatever the ratio.
+    assert_eq!(
+        with_token_threshold(limits, i64::MAX, 2, Some(1)).threshold_chars,
+        60_000
+    );
 }

@@ -22,6 +22,7 @@ impl Session {
             tool_call_id: None,
             is_summary: false,
             chars,
+            pinned: false,
         };
         edit(&mut m);
         self.0.push(m);
@@ -47,6 +48,79 @@ impl Session {
     fn result(self, chars: i64, id: &str) -> Self {
         self.push(Role::Tool, chars, |m| m.tool_call_id = Some(id.to_owned()))
     }
+}
+
+/// Pins the last message pushed.
+fn pinned(mut s: Session) -> Session {
+    if let Some(m) = s.0.last_mut() {
+        m.pinned = true;
+    }
+    s
+}
+
+fn two_calls(id_a: &str, id_b: &str) -> Value {
+    json!([
+        {"id": id_a, "name": "get_logs", "arguments": "{}"},
+        {"id": id_b, "name": "get_metrics", "arguments": "{}"},
+    ])
+}
+
+#[test]
+fn a_pinned_message_stays_in_place_as_a_system_message_does() {
+    let s = pinned(Session::default().user(30))
+        .assistant(30)
+        .user(30)
+        .assistant(30)
+        .user(40);
+    let (messages, p) = plan_of(s);
+    let split = p.unwrap();
+    assert_eq!(split.cut, 4);
+    // The pinned ask stays; the rest of the old part goes.
+    assert_eq!(split.removed, vec![1, 2, 3]);
+    assert_eq!(split.messages_kept(&messages), 2);
+}
+
+#[test]
+fn a_pinned_messages_tool_call_partners_stay_with_it() {
+    // A pinned result keeps its call, and the call's other result; a result that
+    // answers a later call of a reused id is not its partner.
+    let s = Session::default()
+        .user(20)
+        .push(Role::Assistant, 10, |m| {
+            m.tool_calls = Some(two_calls("a", "b"))
+        })
+        .result(10, "a");
+    let s = pinned(s.result(10, "b"))
+        .call(10, "a")
+        .result(10, "a")
+        .user(20)
+        .assistant(60);
+    let (_, p) = plan_of(s);
+    assert_eq!(p.unwrap().removed, vec![0, 4, 5]);
+    // A pinned call keeps its results.
+    let s = Session::default().user(20);
+    let s = pinned(s.push(Role::Assistant, 10, |m| {
+        m.tool_calls = Some(two_calls("a", "b"))
+    }))
+    .result(10, "a")
+    .result(10, "b")
+    .assistant(20)
+    .user(20)
+    .assistant(60);
+    let (_, p) = plan_of(s);
+    assert_eq!(p.unwrap().removed, vec![0, 4]);
+}
+
+#[test]
+fn nothing_pinned_keeps_only_system_messages_in_place() {
+    let s = Session::default()
+        .system(10)
+        .user(30)
+        .call(10, "a")
+        .result(10, "a")
+        .user(60);
+    let stays = stays_in_place(&s.0);
+    assert_eq!(stays, vec![true, false, false, false, false]);
 }
 
 fn plan_of(s: Session) -> (Vec<Message>, Result<Split, Reason>) {

@@ -68,7 +68,7 @@ impl From<sqlx::Error> for CommitError {
 }
 
 /// A session's counters, maintained by triggers on `messages`, and its settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Counters {
     pub total_chars: i64,
     pub message_count: i64,
@@ -83,6 +83,8 @@ pub struct Counters {
     pub last_compaction_id: Option<i64>,
     /// The `keep_chars` the remembered skip was planned with.
     pub skip_at_keep: Option<i64>,
+    /// The chars per token measured at the session's last compaction; `None` before it.
+    pub chars_per_token: Option<f64>,
     /// The session's row of `session_settings`; all `None` without one.
     pub settings: SessionSettings,
 }
@@ -115,6 +117,7 @@ pub(super) struct CountersRow {
     skip_reason: Option<String>,
     skip_at_keep: Option<i64>,
     last_compaction_id: Option<i64>,
+    chars_per_token: Option<f64>,
     #[sqlx(flatten)]
     settings: SettingsRow,
 }
@@ -129,6 +132,7 @@ impl From<CountersRow> for Counters {
             remembered_skip: row.skip_reason.as_deref().and_then(remembered),
             last_compaction_id: row.last_compaction_id,
             skip_at_keep: row.skip_at_keep,
+            chars_per_token: row.chars_per_token,
             settings: row.settings.into(),
         }
     }
@@ -152,6 +156,7 @@ pub(super) struct SettingsRow {
     settings_model: Option<String>,
     settings_tool_output_clearing: Option<bool>,
     settings_tool_output_keep: Option<i64>,
+    settings_threshold_tokens: Option<i64>,
 }
 
 impl From<SettingsRow> for SessionSettings {
@@ -163,12 +168,13 @@ impl From<SettingsRow> for SessionSettings {
             model: row.settings_model,
             tool_output_clearing: row.settings_tool_output_clearing,
             tool_output_keep: row.settings_tool_output_keep,
+            threshold_tokens: row.settings_threshold_tokens,
         }
     }
 }
 
 /// A `messages` row as both backends select it: `seq, role, content` (NULL read as
-/// empty), `tool_calls` (JSON), `tool_call_id, is_summary, chars` (64-bit).
+/// empty), `tool_calls` (JSON), `tool_call_id, is_summary, chars` (64-bit), `pinned`.
 #[derive(sqlx::FromRow)]
 pub(super) struct MessageRow {
     seq: i64,
@@ -178,6 +184,7 @@ pub(super) struct MessageRow {
     tool_call_id: Option<String>,
     is_summary: bool,
     chars: i64,
+    pinned: bool,
 }
 
 impl TryFrom<MessageRow> for Message {
@@ -193,6 +200,7 @@ impl TryFrom<MessageRow> for Message {
             tool_call_id: row.tool_call_id,
             is_summary: row.is_summary,
             chars: row.chars,
+            pinned: row.pinned,
         })
     }
 }
@@ -293,6 +301,10 @@ pub struct NewSummary<'a> {
     /// The tool results cleared in place, in `seq` order (docs/compaction.md, "Clearing
     /// old tool output").
     pub cleared: &'a [ClearedRow],
+    /// The request forced it (`"force": true`): recorded as `forced` in the usage event.
+    pub forced: bool,
+    /// The request's focus for the summary, recorded as `instructions` in the usage event.
+    pub instructions: Option<&'a str>,
 }
 
 /// A tool result a compaction clears in place: its row as it was loaded (the commit
@@ -409,11 +421,26 @@ impl NewSummary<'_> {
             metadata["job_id"] = json!(job_id);
         }
         metadata["summarized"] = json!(self.summarized);
+        if self.forced {
+            metadata["forced"] = json!(true);
+        }
+        if let Some(instructions) = self.instructions {
+            metadata["instructions"] = json!(instructions);
+        }
         if !self.cleared.is_empty() {
             metadata["tool_outputs_cleared"] = json!(self.cleared.len());
             metadata["chars_cleared"] = json!(self.chars_cleared());
         }
         metadata
+    }
+
+    /// The chars per token of what the summary removed (its chars over the tokenizer's
+    /// count of them), which the commit keeps as the session's `chars_per_token`; `None`
+    /// when nothing with a token was removed.
+    pub fn chars_per_token(&self) -> Option<f64> {
+        let chars: i64 = self.removed_chars.iter().sum();
+        (self.summarized && self.tokens_removed > 0 && chars > 0)
+            .then(|| chars as f64 / self.tokens_removed as f64)
     }
 
     /// The chars the clearing saves.

@@ -25,7 +25,8 @@ macro_rules! settings_columns_sql {
         "st.enabled AS settings_enabled, st.threshold_chars AS settings_threshold_chars,
          st.keep_chars AS settings_keep_chars, st.model AS settings_model,
          st.tool_output_clearing AS settings_tool_output_clearing,
-         st.tool_output_keep AS settings_tool_output_keep"
+         st.tool_output_keep AS settings_tool_output_keep,
+         st.threshold_tokens AS settings_threshold_tokens"
     };
 }
 
@@ -61,16 +62,17 @@ pub const RELEASE_LEASE_REMEMBERING: &str = "UPDATE sessions
      WHERE session_id = $1 AND lease_owner = $2";
 
 /// Writes session `$1`'s settings (`enabled`, `threshold_chars`, `keep_chars`, `model`,
-/// `tool_output_clearing`, `tool_output_keep`).
+/// `tool_output_clearing`, `tool_output_keep`, `threshold_tokens`).
 pub const UPSERT_SETTINGS: &str = "INSERT INTO session_settings
          (session_id, enabled, threshold_chars, keep_chars, model, tool_output_clearing,
-          tool_output_keep)
-     VALUES ($1, $2, $3, $4, $5, $6, $7)
+          tool_output_keep, threshold_tokens)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
      ON CONFLICT (session_id) DO UPDATE SET
          enabled = excluded.enabled, threshold_chars = excluded.threshold_chars,
          keep_chars = excluded.keep_chars, model = excluded.model,
          tool_output_clearing = excluded.tool_output_clearing,
-         tool_output_keep = excluded.tool_output_keep";
+         tool_output_keep = excluded.tool_output_keep,
+         threshold_tokens = excluded.threshold_tokens";
 
 /// Keeps a dead letter unless its `job_key` (`$7`) is kept already; returns its id.
 pub const INSERT_DEAD_LETTER: &str = "INSERT INTO dead_letters

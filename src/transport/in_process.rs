@@ -55,6 +55,7 @@ impl InProcessClient {
             session_id: session_id.to_owned(),
             request_id: Some(summarizer_client::new_request_id()),
             overrides: Overrides::default(),
+            instructions: None,
         };
         self.send(&request.encode(), timeout).await
     }

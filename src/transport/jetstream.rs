@@ -336,9 +336,7 @@ async fn handle(server: Arc<JobServer>, message: Message, abandon: CancellationT
         }
     };
     let job_id = job_id(&message);
-    let event = Event::new(request.session_id, request.request_id)
-        .with_overrides(request.overrides)
-        .with_job_id(job_id.clone());
+    let event = Event::from_request(request).with_job_id(job_id.clone());
     let rid = event.request_id.clone();
     let span =
         tracing::info_span!("job", request_id = %rid, session_id = %event.session_id, delivered);

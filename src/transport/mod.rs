@@ -55,8 +55,7 @@ pub async fn answer(worker: &Arc<Worker>, payload: &[u8]) -> Reply {
     let _in_flight = worker.metrics().in_flight();
     match Request::decode(payload) {
         Ok(request) => {
-            let event = Event::new(request.session_id, request.request_id)
-                .with_overrides(request.overrides);
+            let event = Event::from_request(request);
             let span = tracing::info_span!(
                 "event",
                 request_id = %event.request_id,

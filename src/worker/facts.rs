@@ -133,6 +133,7 @@ impl Worker {
             &plan.context,
             &plan.old,
             plan.model.as_deref(),
+            plan.instructions.as_deref(),
             &missing,
         ) else {
             return (first, None);

@@ -143,6 +143,7 @@ pub fn message(m: Stored) -> Message {
         tool_call_id: m.tool_call_id,
         is_summary: m.is_summary,
         chars: m.chars,
+        pinned: false,
     }
 }
 

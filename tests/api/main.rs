@@ -24,6 +24,7 @@ mod clearing;
 mod client;
 mod compaction;
 mod concurrency;
+mod control;
 mod db;
 mod facts;
 mod fixtures;

@@ -739,3 +739,30 @@ async fn a_fifty_thousand_message_session_with_a_megabyte_dump_is_applied_from_i
     assert_eq!(Some(archived), reply.messages_removed);
     assert!(app.check().await.is_clean());
 }
+
+#[tokio::test]
+async fn a_pending_summary_leaves_a_pinned_message_in_place_when_applied() {
+    let app = spawn_app_with(&[ON]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    in_the_band(&app, "s").await;
+    let task = app.messages("s").await[0].clone();
+    app.db
+        .query("UPDATE messages SET pinned = true WHERE session_id = 's' AND seq = $1")
+        .bind(task.seq)
+        .execute()
+        .await
+        .unwrap();
+    app.turn_starting("s").await;
+    until_pending(&app, "s").await;
+    app.append_turn("s", 4).await;
+
+    let reply = app.turn_starting("s").await;
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    assert_eq!(app.llm_requests().await, 1, "applied, not summarized again");
+    let events = app.usage_events("s").await;
+    assert_eq!(events[0].4["precomputed"], Value::Bool(true));
+    let after = app.messages("s").await;
+    assert_eq!(after[0], task, "the pinned ask stays first, unarchived");
+    assert!(app.archived("s").await.iter().all(|a| a.seq != task.seq));
+    assert!(app.check().await.is_clean());
+}

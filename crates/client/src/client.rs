@@ -78,6 +78,30 @@ impl TurnClient {
             session_id: session_id.to_owned(),
             request_id: Some(new_request_id()),
             overrides,
+            instructions: None,
+        };
+        self.send(&request.encode(), timeout).await
+    }
+
+    /// Asks the fleet to compact `session_id` now, even below its threshold (`"force":
+    /// true`; the other skip rules hold), with `instructions` as the summary's focus and
+    /// `overrides`' other limits (a `keep_chars`, say). A compaction calls the LLM:
+    /// give it a `timeout` of the LLM's deadline, not a turn's.
+    pub async fn compact(
+        &self,
+        session_id: &str,
+        instructions: Option<&str>,
+        overrides: Overrides,
+        timeout: Duration,
+    ) -> Decision {
+        let request = Request {
+            session_id: session_id.to_owned(),
+            request_id: Some(new_request_id()),
+            overrides: Overrides {
+                force: true,
+                ..overrides
+            },
+            instructions: instructions.map(str::to_owned),
         };
         self.send(&request.encode(), timeout).await
     }

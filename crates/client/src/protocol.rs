@@ -22,7 +22,18 @@ pub struct Request {
     /// This request's limits, if it asks for its own.
     #[serde(flatten)]
     pub overrides: Overrides,
+    /// The operator's or the agent's focus for this compaction's summary: at most
+    /// [`MAX_INSTRUCTIONS_CHARS`] chars, no control characters but newlines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
 }
+
+/// A longer `instructions` is rejected.
+pub const MAX_INSTRUCTIONS_CHARS: usize = 4_000;
+
+/// `threshold_tokens` and `context_tokens` above this are rejected: no model's context
+/// comes near it, so a larger number is a mistake, not a setting.
+pub const MAX_TOKENS: i64 = 1_000_000_000;
 
 /// Limits one request asks for instead of the session's or the configured ones. The
 /// worker clamps each to its configured bounds (`SUMMARIZATION_MIN_*`/`MAX_*`), so an
@@ -38,6 +49,16 @@ pub struct Overrides {
     /// Clear old tool output before summarizing (`TOOL_OUTPUT_CLEARING`), or not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_output_clearing: Option<bool>,
+    /// Compact now, even below the threshold (the other skip rules hold).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
+    /// Compact when the session's tokens are over this many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_tokens: Option<i64>,
+    /// The prompt tokens the agent's model reported on its last call: the session's
+    /// tokens for `threshold_tokens`, instead of the worker's estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_tokens: Option<i64>,
 }
 
 /// Why a request was rejected; the text goes back to the sender.
@@ -59,7 +80,10 @@ impl Request {
     /// [`InvalidRequest`] saying what is wrong: too large, not a JSON object, a missing
     /// or non-string `session_id`, an empty, oversized or control-character id, a
     /// `threshold_chars` or `keep_chars` that is not a positive integer, a
-    /// `tool_output_clearing` that is not a boolean.
+    /// `tool_output_clearing` or `force` that is not a boolean, a `threshold_tokens` that
+    /// is not a positive integer up to [`MAX_TOKENS`], a `context_tokens` that is not an
+    /// integer from 0 to it, an `instructions` that is not a string, is longer than
+    /// [`MAX_INSTRUCTIONS_CHARS`] or holds a control character other than a newline.
     pub fn decode(payload: &[u8]) -> Result<Self, InvalidRequest> {
         let invalid = |msg: String| Err(InvalidRequest(msg));
         if payload.len() > MAX_REQUEST_BYTES {
@@ -93,11 +117,15 @@ impl Request {
             threshold_chars: size(&fields, "threshold_chars")?,
             keep_chars: size(&fields, "keep_chars")?,
             tool_output_clearing: flag(&fields, "tool_output_clearing")?,
+            force: flag(&fields, "force")?.unwrap_or(false),
+            threshold_tokens: tokens(&fields, "threshold_tokens", 1)?,
+            context_tokens: tokens(&fields, "context_tokens", 0)?,
         };
         Ok(Self {
             session_id: session_id.clone(),
             request_id,
             overrides,
+            instructions: instructions(&fields)?,
         })
     }
 
@@ -127,6 +155,48 @@ fn size(
         },
         Some(_) => invalid(),
     }
+}
+
+/// An optional count of tokens: absent or null, or an integer from `min` to
+/// [`MAX_TOKENS`]. Unlike a size in chars, a number past the bound is rejected, not
+/// clamped: a token count is what a model reported, and one that large is a bug.
+fn tokens(
+    fields: &serde_json::Map<String, Value>,
+    field: &str,
+    min: i64,
+) -> Result<Option<i64>, InvalidRequest> {
+    match fields.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) if n.as_i64().is_some_and(|n| (min..=MAX_TOKENS).contains(&n)) => {
+            Ok(n.as_i64())
+        }
+        Some(_) => Err(InvalidRequest(format!(
+            "{field} must be an integer from {min} to {MAX_TOKENS} (a number of tokens)"
+        ))),
+    }
+}
+
+/// The optional `instructions`: absent, null, or a string of at most
+/// [`MAX_INSTRUCTIONS_CHARS`] chars with no control character but a newline. Blank
+/// instructions are none.
+fn instructions(fields: &serde_json::Map<String, Value>) -> Result<Option<String>, InvalidRequest> {
+    let text = match fields.get("instructions") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(text)) => text,
+        Some(_) => return Err(InvalidRequest("instructions must be a string".to_owned())),
+    };
+    let chars = text.chars().count();
+    if chars > MAX_INSTRUCTIONS_CHARS {
+        return Err(InvalidRequest(format!(
+            "instructions is {chars} chars; the limit is {MAX_INSTRUCTIONS_CHARS}"
+        )));
+    }
+    if text.chars().any(|c| c.is_control() && c != '\n') {
+        return Err(InvalidRequest(
+            "instructions must not contain control characters other than newlines".to_owned(),
+        ));
+    }
+    Ok((!text.trim().is_empty()).then(|| text.clone()))
 }
 
 /// An optional flag: absent or null, or a JSON boolean (not `"true"`, not `1`).
@@ -274,6 +344,7 @@ mod tests {
                 session_id: "s-1".into(),
                 request_id: Some("ab12".into()),
                 overrides: Overrides::default(),
+                instructions: None,
             }
         );
         let r = Request::decode("{\"session_id\":\"🦀 séance\"}".as_bytes()).unwrap();
@@ -348,6 +419,86 @@ mod tests {
     }
 
     #[test]
+    fn force_threshold_tokens_context_tokens_and_instructions_are_checked_by_name() {
+        let ok = Request::decode(
+            br#"{"session_id":"s","force":true,"threshold_tokens":1,"context_tokens":0,
+                 "instructions":"Keep the plan.\nAnd the ticket."}"#,
+        )
+        .unwrap();
+        assert!(ok.overrides.force);
+        assert_eq!(ok.overrides.threshold_tokens, Some(1));
+        assert_eq!(ok.overrides.context_tokens, Some(0));
+        assert_eq!(
+            ok.instructions.as_deref(),
+            Some("Keep the plan.\nAnd the ticket.")
+        );
+        let at_limits = format!(
+            r#"{{"session_id":"s","threshold_tokens":{MAX_TOKENS},"context_tokens":{MAX_TOKENS},"instructions":"{}"}}"#,
+            "é".repeat(MAX_INSTRUCTIONS_CHARS)
+        );
+        assert!(Request::decode(at_limits.as_bytes()).is_ok());
+        let blank = Request::decode(br#"{"session_id":"s","instructions":" \n "}"#).unwrap();
+        assert_eq!(blank.instructions, None, "blank instructions are none");
+
+        for bad in [r#""true""#, "1", "0", "[]", "{}"] {
+            let payload = format!(r#"{{"session_id":"s","force":{bad}}}"#);
+            rejects(payload.as_bytes(), "force must be a boolean");
+        }
+        let huge = (MAX_TOKENS + 1).to_string();
+        for bad in [
+            r#""100""#,
+            "1.5",
+            "1.0",
+            "-1",
+            "0",
+            "1e12",
+            "true",
+            &huge,
+            "18446744073709551616",
+        ] {
+            let payload = format!(r#"{{"session_id":"s","threshold_tokens":{bad}}}"#);
+            rejects(
+                payload.as_bytes(),
+                "threshold_tokens must be an integer from 1",
+            );
+        }
+        for bad in [r#""100""#, "2.5", "-1", "1e12", "false", &huge] {
+            let payload = format!(r#"{{"session_id":"s","context_tokens":{bad}}}"#);
+            rejects(
+                payload.as_bytes(),
+                "context_tokens must be an integer from 0",
+            );
+        }
+        for (bad, why) in [
+            ("42", "instructions must be a string"),
+            (r#"["a"]"#, "instructions must be a string"),
+            (
+                r#""tab\there""#,
+                "instructions must not contain control characters",
+            ),
+            (
+                r#""cr\rhere""#,
+                "instructions must not contain control characters",
+            ),
+            (
+                r#""nul\u0000here""#,
+                "instructions must not contain control characters",
+            ),
+        ] {
+            let payload = format!(r#"{{"session_id":"s","instructions":{bad}}}"#);
+            rejects(payload.as_bytes(), why);
+        }
+        let long = format!(
+            r#"{{"session_id":"s","instructions":"{}"}}"#,
+            "a".repeat(MAX_INSTRUCTIONS_CHARS + 1)
+        );
+        rejects(
+            long.as_bytes(),
+            "instructions is 4001 chars; the limit is 4000",
+        );
+    }
+
+    #[test]
     fn a_request_with_overrides_round_trips_and_one_without_has_none_on_the_wire() {
         let request = Request {
             session_id: "s".into(),
@@ -356,7 +507,11 @@ mod tests {
                 threshold_chars: Some(9000),
                 keep_chars: Some(3000),
                 tool_output_clearing: Some(true),
+                force: true,
+                threshold_tokens: Some(100_000),
+                context_tokens: Some(0),
             },
+            instructions: Some("Focus on the pool.\nKeep the ticket.".into()),
         };
         assert_eq!(Request::decode(&request.encode()).unwrap(), request);
         let plain = Request {

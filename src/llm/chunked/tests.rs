@@ -76,6 +76,7 @@ fn msg(role: Role, content: String) -> Message {
         tool_calls: None,
         tool_call_id: None,
         is_summary: false,
+        pinned: false,
     }
 }
 
@@ -248,7 +249,7 @@ async fn a_second_attempt_lists_the_missing_identifiers_after_the_transcript() {
     let old = history(3, 200);
 
     let summary = summarizer(fake, 100_000)
-        .summarize_keeping(&[], &old, Some("gpt-test"), &missing())
+        .summarize_keeping(&[], &old, Some("gpt-test"), None, &missing())
         .expect("an LLM can do better")
         .await
         .unwrap();
@@ -291,7 +292,7 @@ async fn in_chunks_only_the_last_request_lists_them_and_every_request_fits() {
     let old = history(60, 600);
 
     summarizer(fake, 2_000)
-        .summarize_keeping(&[], &old, None, &missing())
+        .summarize_keeping(&[], &old, None, None, &missing())
         .expect("an LLM can do better")
         .await
         .unwrap();
@@ -319,7 +320,7 @@ async fn a_long_list_of_missing_identifiers_is_cut_to_leave_a_small_budget_its_r
         .collect();
 
     summarizer(fake, 2_000)
-        .summarize_keeping(&[], &old, None, &missing)
+        .summarize_keeping(&[], &old, None, None, &missing)
         .expect("an LLM can do better")
         .await
         .expect("the list leaves the transcript room");

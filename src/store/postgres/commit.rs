@@ -145,7 +145,7 @@ impl PgStore {
     pub async fn messages(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
         let rows: Vec<MessageRow> = sqlx::query_as(
             "SELECT seq, role, coalesce(content, '') AS content, tool_calls, tool_call_id,
-                    is_summary, chars::bigint AS chars
+                    is_summary, chars::bigint AS chars, pinned
              FROM messages WHERE session_id = $1 ORDER BY seq",
         )
         .bind(session_id)
@@ -187,7 +187,7 @@ impl PgStore {
                  RETURNING id
              ), removed AS (
                  DELETE FROM messages
-                 WHERE session_id = $1 AND seq < $2 AND role <> 'system'
+                 WHERE session_id = $1 AND seq = ANY ($2)
                    AND EXISTS (SELECT 1 FROM fence)
                  RETURNING *, ",
             fingerprint_sql!(),
@@ -214,12 +214,9 @@ impl PgStore {
              FROM removed"
         ))
         .bind(summary.session_id)
-        // A clearing alone removes nothing: no seq is below the smallest.
-        .bind(if summary.summarized {
-            summary.cut_seq
-        } else {
-            i64::MIN
-        })
+        // Exactly the planned rows (a clearing alone removes none): a pinned message
+        // before the cut stays where it is.
+        .bind(summary.removed_seqs)
         .bind(summary.model)
         .bind(summary.prompt_tokens)
         .bind(summary.completion_tokens)
@@ -270,12 +267,15 @@ impl PgStore {
                  INSERT INTO messages (session_id, seq, role, content, is_summary)
                  VALUES ($1, $2, 'user', $3, true)
              )
-             UPDATE sessions SET last_compaction_id = $4 WHERE session_id = $1",
+             UPDATE sessions
+             SET last_compaction_id = $4, chars_per_token = coalesce($5, chars_per_token)
+             WHERE session_id = $1",
         )
         .bind(summary.session_id)
         .bind(first_seq)
         .bind(summary.text)
         .bind(id)
+        .bind(summary.chars_per_token())
         .execute(&mut *tx)
         .await?;
 

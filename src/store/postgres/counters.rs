@@ -12,7 +12,8 @@ macro_rules! counters_columns_sql {
         concat!(
             "total_chars, message_count::bigint AS message_count,
              human_turns::bigint AS human_turns, last_compaction_id,
-             coalesce(retry_at > now(), false) AS backing_off, ",
+             coalesce(retry_at > now(), false) AS backing_off,
+             chars_per_token::float8 AS chars_per_token, ",
             remembered_skip_columns_sql!(),
             ", ",
             settings_columns_sql!()

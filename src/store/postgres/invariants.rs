@@ -25,13 +25,44 @@ fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
                 "SELECT session_id, count(*) || ' summaries' FROM messages WHERE is_summary
                  GROUP BY session_id HAVING count(*) > 1"
             }
+            // A pinned message stays where it is, and so do its tool-call partners: the
+            // rows of its exchange (a call's row, and the results that answer it, each the
+            // nearest earlier call of its id). Exchanges are worked out only for the rows
+            // before a summary and the pinned rows of their sessions: few, in a healthy
+            // store, whatever the sessions' lengths.
             I::MisplacedSummary => {
-                "SELECT s.session_id, 'summary seq ' || s.seq || ', message seq ' || min(m.seq)
-                 FROM messages s
-                 JOIN messages m ON m.session_id = s.session_id AND m.seq < s.seq
-                     AND m.role <> 'system' AND NOT m.is_summary
-                 WHERE s.is_summary
-                 GROUP BY s.session_id, s.seq"
+                "WITH before AS (
+                     SELECT s.session_id, s.seq AS summary_seq, m.seq, m.pinned,
+                            m.tool_calls, m.tool_call_id
+                     FROM messages s
+                     JOIN messages m ON m.session_id = s.session_id AND m.seq < s.seq
+                         AND m.role <> 'system' AND NOT m.is_summary
+                     WHERE s.is_summary
+                 ), rows AS (
+                     SELECT session_id, seq, pinned, tool_calls, tool_call_id FROM before
+                     UNION
+                     SELECT session_id, seq, pinned, tool_calls, tool_call_id FROM messages
+                     WHERE pinned AND session_id IN (SELECT session_id FROM before)
+                 ), exchange AS (
+                     SELECT r.session_id, r.seq, r.pinned,
+                            CASE WHEN jsonb_array_length(tool_calls_array(r.tool_calls)) > 0
+                                 THEN r.seq
+                                 ELSE (SELECT max(c.seq)
+                                       FROM messages c,
+                                            jsonb_array_elements(tool_calls_array(c.tool_calls)) AS call
+                                       WHERE c.session_id = r.session_id AND c.seq < r.seq
+                                         AND call ->> 'id' = r.tool_call_id)
+                            END AS call_seq
+                     FROM rows r
+                 )
+                 SELECT b.session_id, 'summary seq ' || b.summary_seq || ', message seq ' || min(b.seq)
+                 FROM before b
+                 WHERE NOT b.pinned AND NOT EXISTS (
+                     SELECT 1 FROM exchange e
+                     JOIN exchange p ON p.session_id = e.session_id AND p.pinned
+                                    AND p.call_seq = e.call_seq
+                     WHERE e.session_id = b.session_id AND e.seq = b.seq)
+                 GROUP BY b.session_id, b.summary_seq"
             }
             // The tool-call queries pair calls and results as the planner does: a result
             // answers the nearest earlier call of its id, and `tool_calls_array` reads the

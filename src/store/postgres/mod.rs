@@ -53,7 +53,7 @@ macro_rules! load_leased_sql {
     () => {
         concat!(
             "SELECT m.seq, m.role, coalesce(m.content, '') AS content, m.tool_calls,
-                    m.tool_call_id, m.is_summary, m.chars::bigint AS chars, m.fingerprint,
+                    m.tool_call_id, m.is_summary, m.chars::bigint AS chars, m.pinned, m.fingerprint,
                     m.cleared_by IS NOT NULL AS cleared
              FROM lease LEFT JOIN (
                  SELECT *, ",

@@ -52,6 +52,7 @@ impl PgStore {
             .bind(&next.model)
             .bind(next.tool_output_clearing)
             .bind(next.tool_output_keep)
+            .bind(next.threshold_tokens)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

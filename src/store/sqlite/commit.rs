@@ -68,7 +68,7 @@ impl SqliteStore {
     async fn load(&self, session_id: &str) -> Result<Loaded, StoreError> {
         let rows: Vec<LoadedRow> = sqlx::query_as(
             "SELECT seq, role, coalesce(content, '') AS content, tool_calls, tool_call_id,
-                    is_summary, chars, CAST(row_version AS TEXT) AS fingerprint,
+                    is_summary, chars, pinned, CAST(row_version AS TEXT) AS fingerprint,
                     cleared_by IS NOT NULL AS cleared
              FROM messages WHERE session_id = $1 ORDER BY seq",
         )
@@ -193,13 +193,10 @@ impl SqliteStore {
         if fenced == 0 {
             return Err(CommitError::LeaseLost);
         }
-        // A clearing alone removes nothing: no seq is below the smallest.
-        let cut_seq = if summary.summarized {
-            summary.cut_seq
-        } else {
-            i64::MIN
-        };
-        let prefix = Prefix::read(&mut tx, summary.session_id, cut_seq).await?;
+        // Exactly the planned rows (a clearing alone removes none): a pinned message
+        // before the cut stays where it is.
+        let replaced = Replaced::Rows(summary.removed_seqs);
+        let prefix = Prefix::read(&mut tx, summary.session_id, replaced).await?;
         let unchanged = prefix.is(
             summary.removed_seqs,
             summary.removed_chars,
@@ -228,10 +225,20 @@ impl SqliteStore {
         .bind(summary.event_metadata().to_string())
         .fetch_one(&mut *tx)
         .await?;
-        let superseded = replace_prefix(&mut tx, summary.session_id, cut_seq, id).await?;
+        let superseded = replace_prefix(&mut tx, summary.session_id, replaced, id).await?;
         clear_in_place(&mut tx, summary, id).await?;
         match first_seq {
-            Some(seq) => write_summary(&mut tx, summary.session_id, seq, summary.text, id).await?,
+            Some(seq) => {
+                write_summary(&mut tx, summary.session_id, seq, summary.text, id).await?;
+                sqlx::query(
+                    "UPDATE sessions SET chars_per_token = coalesce($2, chars_per_token)
+                     WHERE session_id = $1",
+                )
+                .bind(summary.session_id)
+                .bind(summary.chars_per_token())
+                .execute(&mut *tx)
+                .await?;
+            }
             None => {
                 sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
                     .bind(summary.session_id)
@@ -248,7 +255,38 @@ impl SqliteStore {
     }
 }
 
-/// The non-system messages before a cut, as the commit compares them with the plan.
+/// Which rows a commit or an applied pending summary replaces.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Replaced<'a> {
+    /// The messages before a cut seq that are neither system messages nor pinned: a
+    /// pending summary's prefix (a plan that kept a pinned message's tool-call partner in
+    /// place differs from it, and the pending summary is dropped).
+    Before(i64),
+    /// Exactly these rows: a commit's plan, which leaves pinned rows in place.
+    Rows(&'a [i64]),
+}
+
+/// The rows of session `$1` that [`Replaced`] names: before the cut seq `$2`, or, when
+/// `$3` is a JSON array of seqs, those rows (`$2` is then below every seq).
+macro_rules! replaced_rows_sql {
+    () => {
+        "session_id = $1 AND ((seq < $2 AND role <> 'system' AND NOT pinned AND $3 IS NULL)
+                             OR seq IN (SELECT value FROM json_each($3)))"
+    };
+}
+
+impl Replaced<'_> {
+    /// `$2` and `$3` of [`replaced_rows_sql!`].
+    fn bound(self) -> (i64, Option<String>) {
+        match self {
+            Replaced::Before(cut_seq) => (cut_seq, None),
+            // A list of integers always serializes.
+            Replaced::Rows(seqs) => (i64::MIN, serde_json::to_string(seqs).ok()),
+        }
+    }
+}
+
+/// The rows a commit or a pending summary replaces, as it compares them with the plan.
 pub(super) struct Prefix {
     seqs: Vec<i64>,
     chars: Vec<i64>,
@@ -259,14 +297,17 @@ impl Prefix {
     pub(super) async fn read(
         tx: &mut SqliteConnection,
         session_id: &str,
-        cut_seq: i64,
+        replaced: Replaced<'_>,
     ) -> Result<Self, sqlx::Error> {
-        let rows = sqlx::query(
-            "SELECT seq, chars, CAST(row_version AS TEXT) AS version FROM messages
-             WHERE session_id = $1 AND seq < $2 AND role <> 'system' ORDER BY seq",
-        )
+        let (cut_seq, seqs) = replaced.bound();
+        let rows = sqlx::query(concat!(
+            "SELECT seq, chars, CAST(row_version AS TEXT) AS version FROM messages WHERE ",
+            replaced_rows_sql!(),
+            " ORDER BY seq"
+        ))
         .bind(session_id)
         .bind(cut_seq)
+        .bind(seqs)
         .fetch_all(tx)
         .await?;
         let mut prefix = Self {
@@ -288,29 +329,33 @@ impl Prefix {
     }
 }
 
-/// Archives the non-system messages before `cut_seq` under `compaction_id` and deletes
-/// them, and drops the session's pending summary: `true` when there was one.
+/// Archives the `replaced` rows under `compaction_id` and deletes them, and drops the
+/// session's pending summary: `true` when there was one.
 pub(super) async fn replace_prefix(
     tx: &mut SqliteConnection,
     session_id: &str,
-    cut_seq: i64,
+    replaced: Replaced<'_>,
     compaction_id: i64,
 ) -> Result<bool, sqlx::Error> {
+    let (cut_seq, seqs) = replaced.bound();
     sqlx::query(concat!(
         "INSERT INTO archived_messages (compaction_id, chars, ",
         message_columns_sql!(),
-        ") SELECT $3, chars, ",
+        ") SELECT $4, chars, ",
         message_columns_sql!(),
-        " FROM messages WHERE session_id = $1 AND seq < $2 AND role <> 'system'"
+        " FROM messages WHERE ",
+        replaced_rows_sql!()
     ))
     .bind(session_id)
     .bind(cut_seq)
+    .bind(seqs.as_deref())
     .bind(compaction_id)
     .execute(&mut *tx)
     .await?;
-    sqlx::query("DELETE FROM messages WHERE session_id = $1 AND seq < $2 AND role <> 'system'")
+    sqlx::query(concat!("DELETE FROM messages WHERE ", replaced_rows_sql!()))
         .bind(session_id)
         .bind(cut_seq)
+        .bind(seqs.as_deref())
         .execute(&mut *tx)
         .await?;
     let pending = sqlx::query("DELETE FROM pending_summaries WHERE session_id = $1")

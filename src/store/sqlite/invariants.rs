@@ -82,14 +82,46 @@ fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
             "SELECT session_id, count(*) || ' summaries' FROM messages WHERE is_summary
              GROUP BY session_id HAVING count(*) > 1"
         }
-        Invariant::MisplacedSummary => {
-            "SELECT s.session_id, 'summary seq ' || s.seq || ', message seq ' || min(m.seq)
-             FROM messages s
-             JOIN messages m ON m.session_id = s.session_id AND m.seq < s.seq
-                 AND m.role <> 'system' AND NOT m.is_summary
-             WHERE s.is_summary
-             GROUP BY s.session_id, s.seq"
-        }
+        // As on Postgres: a pinned message and the rows of its tool-call exchange stay
+        // where they are; exchanges are worked out only for the rows before a summary and
+        // the pinned rows of their sessions.
+        Invariant::MisplacedSummary => concat!(
+            "WITH before AS (
+                 SELECT s.session_id, s.seq AS summary_seq, m.seq, m.pinned,
+                        m.tool_calls, m.tool_call_id
+                 FROM messages s
+                 JOIN messages m ON m.session_id = s.session_id AND m.seq < s.seq
+                     AND m.role <> 'system' AND NOT m.is_summary
+                 WHERE s.is_summary
+             ), rows AS (
+                 SELECT session_id, seq, pinned, tool_calls, tool_call_id FROM before
+                 UNION
+                 SELECT session_id, seq, pinned, tool_calls, tool_call_id FROM messages
+                 WHERE pinned AND session_id IN (SELECT session_id FROM before)
+             ), exchange AS (
+                 SELECT r.session_id, r.seq, r.pinned,
+                        CASE WHEN json_array_length(",
+            tool_calls_array_sql!("r"),
+            ") > 0 THEN r.seq
+                             ELSE (SELECT max(c.seq)
+                                   FROM messages c, json_each(",
+            tool_calls_array_sql!("c"),
+            ") AS call
+                                   WHERE c.session_id = r.session_id AND c.seq < r.seq
+                                     AND json_type(call.value, '$.id') = 'text'
+                                     AND json_extract(call.value, '$.id') = r.tool_call_id)
+                        END AS call_seq
+                 FROM rows r
+             )
+             SELECT b.session_id, 'summary seq ' || b.summary_seq || ', message seq ' || min(b.seq)
+             FROM before b
+             WHERE NOT b.pinned AND NOT EXISTS (
+                 SELECT 1 FROM exchange e
+                 JOIN exchange p ON p.session_id = e.session_id AND p.pinned
+                                AND p.call_seq = e.call_seq
+                 WHERE e.session_id = b.session_id AND e.seq = b.seq)
+             GROUP BY b.session_id, b.summary_seq"
+        ),
         Invariant::SeparatedToolResult => concat!(
             "SELECT t.session_id, 'tool_call_id ' || t.tool_call_id
              FROM messages t

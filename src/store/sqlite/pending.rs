@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use sqlx::{Row, SqliteConnection};
 
-use super::commit::{Prefix, replace_prefix, write_summary};
+use super::commit::{Prefix, Replaced, replace_prefix, write_summary};
 use super::{SqliteStore, now_ms};
 use crate::config::Limits;
 use crate::message::char_count;
@@ -220,7 +220,7 @@ impl SqliteStore {
         {
             Some(Discard::SettingsChanged)
         } else {
-            let prefix = Prefix::read(&mut tx, session_id, cut_seq).await?;
+            let prefix = Prefix::read(&mut tx, session_id, Replaced::Before(cut_seq)).await?;
             if !prefix.is(&removed_seqs, &removed_chars, &removed_versions) {
                 Some(Discard::PrefixChanged)
             } else if let Some(broken) = planner_rule_broken(&mut tx, session_id, cut_seq).await? {
@@ -287,7 +287,7 @@ impl SqliteStore {
         .bind(metadata.to_string())
         .fetch_one(&mut *tx)
         .await?;
-        replace_prefix(&mut tx, session_id, cut_seq, id).await?;
+        replace_prefix(&mut tx, session_id, Replaced::Before(cut_seq), id).await?;
         write_summary(&mut tx, session_id, first_seq, &summary, id).await?;
         sqlx::query("UPDATE sessions SET failures = 0, retry_at = NULL WHERE session_id = $1")
             .bind(session_id)
@@ -326,6 +326,7 @@ async fn planner_rule_broken(
                        FROM messages AS call, json_each(CASE json_type(call.tool_calls)
                            WHEN 'array' THEN call.tool_calls ELSE '[]' END) AS c
                        WHERE call.session_id = $1 AND call.seq < $2 AND call.role <> 'system'
+                         AND NOT call.pinned
                          AND json_type(call.tool_calls, c.fullkey || '.id') = 'text')
                    AND NOT EXISTS (
                        SELECT 1

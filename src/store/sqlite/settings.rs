@@ -51,6 +51,7 @@ impl SqliteStore {
             .bind(&next.model)
             .bind(next.tool_output_clearing)
             .bind(next.tool_output_keep)
+            .bind(next.threshold_tokens)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

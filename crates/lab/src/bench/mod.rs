@@ -410,6 +410,7 @@ fn in_process_policy() -> Policy {
     Policy {
         enabled: true,
         limits: LIMITS,
+        threshold_tokens: 0,
         bounds: summarizer::config::Bounds::default(),
         lease_duration: Duration::from_secs(60),
         failure_backoff: Duration::ZERO,
