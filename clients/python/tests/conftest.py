@@ -223,6 +223,26 @@ def usage_events(database_url: str, session: str) -> int:
     return int(found[0][0])
 
 
+def usage_metadata(database_url: str, session: str) -> list[dict[str, Any]]:
+    """The `metadata` of the session's usage events, oldest first, parsed."""
+    found = sql(
+        database_url,
+        "SELECT metadata FROM usage_events WHERE session_id = %s ORDER BY id",
+        (session,),
+    )
+    return [json.loads(m) if isinstance(m, str) else m for (m,) in found]
+
+
+def pins(database_url: str, session: str) -> dict[str, bool]:
+    """The `pinned` column of the session's rows in `messages`, by external id."""
+    found = sql(
+        database_url,
+        "SELECT external_id, pinned FROM messages WHERE session_id = %s AND external_id IS NOT NULL",
+        (session,),
+    )
+    return {str(external_id): bool(pinned) for external_id, pinned in found}
+
+
 @contextmanager
 def checkpointer(database_url: str) -> Iterator[Any]:
     """A durable LangGraph checkpointer in the store's own database (for SQLite, the file

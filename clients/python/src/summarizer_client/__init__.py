@@ -1,11 +1,12 @@
 """summarizer_client: a drop-in for LangGraph and LangChain agents that keeps their
 conversations inside the context window with the summarizer worker fleet.
 
-`SummarizerClient`, `Decision`, the durable jobs (`SummarizerClient.publish_job`,
-`job_subject`, `PublishedJob`, `JobNotStored`) and recall of what compactions archived
-(`SummarizerClient.recall`/`fetch`, `Recalled`, `RecallError`) need only the base
-install; `SummarizerMiddleware`, `maybe_summarize`, `summarizer_node` and `recall_tool`
-need the `[langchain]` extra.
+`SummarizerClient`, `Decision`, compaction on demand (`SummarizerClient.compact`), the
+durable jobs (`SummarizerClient.publish_job`, `job_subject`, `PublishedJob`,
+`JobNotStored`) and recall of what compactions archived (`SummarizerClient.recall`/`fetch`,
+`Recalled`, `RecallError`) need only the base install; `SummarizerMiddleware`,
+`maybe_summarize`, `summarizer_node`, `recall_tool` and `compact_tool` need the
+`[langchain]` extra.
 
 The messages live where the workers keep their sessions: their Postgres
 (`database_url="postgresql://..."`), or, for a deployment on one host, their SQLite file
@@ -23,7 +24,7 @@ from .recall import Recalled, RecallError
 if TYPE_CHECKING:
     from .graph import maybe_summarize, summarizer_node
     from .middleware import SummarizerMiddleware
-    from .tool import recall_tool
+    from .tool import compact_tool, recall_tool
 
 __all__ = [
     "Decision",
@@ -33,6 +34,7 @@ __all__ = [
     "Recalled",
     "SummarizerClient",
     "SummarizerMiddleware",
+    "compact_tool",
     "job_subject",
     "maybe_summarize",
     "recall_tool",
@@ -46,10 +48,10 @@ def __getattr__(name: str) -> Any:
         from .middleware import SummarizerMiddleware
 
         return SummarizerMiddleware
-    if name == "recall_tool":
-        from .tool import recall_tool
+    if name in ("recall_tool", "compact_tool"):
+        from . import tool
 
-        return recall_tool
+        return getattr(tool, name)
     if name in ("maybe_summarize", "summarizer_node"):
         from . import graph
 

@@ -1,10 +1,11 @@
 """LangChain messages to and from rows of the `messages` table, losslessly.
 
 The public columns hold what the worker and plain-SQL agents read: a role, the text
-(content blocks flattened to their text), tool calls as `[{id, name, arguments}]`, and the
-`tool_call_id`. `external_id` holds the message id; `extra` holds the message type and
-every other field of the message (content blocks when content is a list, name,
-additional_kwargs, response_metadata, ...), from which the message is rebuilt exactly.
+(content blocks flattened to their text), tool calls as `[{id, name, arguments}]`, the
+`tool_call_id`, and `pinned` (`additional_kwargs["summarizer_pinned"] is True`).
+`external_id` holds the message id; `extra` holds the message type and every other field
+of the message (content blocks when content is a list, name, additional_kwargs (so the
+pin too), response_metadata, ...), from which the message is rebuilt exactly.
 
 Rows the worker wrote (summaries) or plain-SQL agents wrote have no `extra`: they are
 built from the public columns, a summary as a `HumanMessage` tagged
@@ -31,6 +32,9 @@ from langchain_core.messages.tool import ToolCall
 #: when it was loaded, which is how a client tells that its state is out of date.
 SUMMARY_ID_PREFIX = "summarizer-summary-"
 ROW_ID_PREFIX = "summarizer-row-"
+#: `additional_kwargs[PINNED] = True` pins a message: its row's `pinned` column is set,
+#: and no compaction summarizes, clears or archives it.
+PINNED = "summarizer_pinned"
 
 _ROLES = {
     "human": "user",
@@ -66,6 +70,7 @@ class Row:
     tool_call_id: str | None
     external_id: str | None
     extra: dict[str, Any]
+    pinned: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -75,18 +80,26 @@ class Row:
             "tool_call_id": self.tool_call_id,
             "external_id": self.external_id,
             "extra": self.extra,
+            "pinned": self.pinned,
         }
+
+
+def is_pinned(message: BaseMessage) -> bool:
+    """Whether the message is pinned: `additional_kwargs["summarizer_pinned"]` is `True`
+    (not merely truthy, so that a stray value pins nothing)."""
+    return message.additional_kwargs.get(PINNED) is True
 
 
 def fingerprint(message: BaseMessage) -> int:
     """What tells an edited message from the one stored, within this process: its type,
-    content, tool calls and call id. Cheap (no serialization, no attribute a message type
+    content, tool calls, call id and pin. Cheap (no serialization, no attribute a message type
     lacks: pydantic's misses are slow), since every message of the state is
     fingerprinted at every turn: 50,000 messages in under 100 ms."""
     content = message.content
     calls = repr(message.tool_calls) if isinstance(message, AIMessage) and message.tool_calls else None
     call_id = message.tool_call_id if isinstance(message, ToolMessage) else None
-    return hash((message.type, content if isinstance(content, str) else repr(content), calls, call_id))
+    text = content if isinstance(content, str) else repr(content)
+    return hash((message.type, text, calls, call_id, is_pinned(message)))
 
 
 def text_of(content: str | list[str | dict[Any, Any]]) -> str:
@@ -131,6 +144,7 @@ def to_row(message: BaseMessage) -> Row:
         tool_call_id=tool_call_id,
         external_id=message.id,
         extra={"type": message.type, "data": data},
+        pinned=is_pinned(message),
     )
 
 

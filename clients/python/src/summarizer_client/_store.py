@@ -6,13 +6,14 @@ scheme. Each backend has its own SQL; the semantics are the same:
 
 - `append_rows` inserts rows (`_codec.Row.as_json()`) in order and returns how many it
   wrote. A row whose external id the session stores already updates that row when its
-  role, text, tool calls or call id differ (an edit in place mirrored), except on the
+  role, text, tool calls, call id or pin differ (an edit in place mirrored), except on the
   worker's summaries and rows it named (`summarizer-...`), which are never rewritten. A
   row that matches a message a compaction archived (same id, role, text, tool calls and
   call id) is that message, sent again by a state that has not seen the compaction: it is
   skipped: that is also how the original of a tool result the worker cleared (whose
   archived copy keeps its id and text) never overwrites the placeholder. An edit in place
-  of a cleared row stores the new text and marks the row no longer cleared. A row that
+  of a cleared row's text stores the new text and marks the row no longer cleared (a pin
+  alone leaves it cleared). A row that
   only reuses an archived message's id is a new message: stored;
 - `remove_rows` deletes the session's live rows whose external id is not among the ids
   given (the messages the agent's state holds), sparing summaries and the rows the
@@ -76,9 +77,11 @@ async def open_store(url: str, timeout: float) -> Store:
 # -- Postgres ------------------------------------------------------------------------
 
 _PG_INSERT = """
-INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, external_id, extra)
+INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, external_id, extra,
+                      pinned)
 SELECT %(session)s, m ->> 'role', m ->> 'content', nullif(m -> 'tool_calls', 'null'),
-       m ->> 'tool_call_id', m ->> 'external_id', m -> 'extra'
+       m ->> 'tool_call_id', m ->> 'external_id', m -> 'extra',
+       coalesce((m ->> 'pinned')::boolean, false)
 FROM jsonb_array_elements(%(rows)s) WITH ORDINALITY AS r (m, n)
 WHERE m ->> 'external_id' IS NULL OR NOT EXISTS (
     SELECT 1 FROM archived_messages a
@@ -90,10 +93,17 @@ WHERE m ->> 'external_id' IS NULL OR NOT EXISTS (
 ORDER BY n
 ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
 SET role = excluded.role, content = excluded.content, tool_calls = excluded.tool_calls,
-    tool_call_id = excluded.tool_call_id, extra = excluded.extra, cleared_by = NULL
+    tool_call_id = excluded.tool_call_id, extra = excluded.extra, pinned = excluded.pinned,
+    cleared_by = CASE
+        WHEN (messages.role, messages.content, messages.tool_calls, messages.tool_call_id)
+             IS DISTINCT FROM (excluded.role, excluded.content, excluded.tool_calls,
+                               excluded.tool_call_id)
+        THEN NULL ELSE messages.cleared_by END
 WHERE NOT messages.is_summary AND substr(messages.external_id, 1, 11) <> 'summarizer-'
-  AND (messages.role, messages.content, messages.tool_calls, messages.tool_call_id)
-      IS DISTINCT FROM (excluded.role, excluded.content, excluded.tool_calls, excluded.tool_call_id)
+  AND (messages.role, messages.content, messages.tool_calls, messages.tool_call_id,
+       messages.pinned)
+      IS DISTINCT FROM (excluded.role, excluded.content, excluded.tool_calls,
+                        excluded.tool_call_id, excluded.pinned)
 """
 
 _PG_REMOVE = """
@@ -169,13 +179,16 @@ class PostgresStore:
 # -- SQLite --------------------------------------------------------------------------
 
 # As _PG_INSERT. json_extract gives a JSON null as SQL NULL (so no nullif), a string as
-# its text, and an array or object as its JSON text, verbatim. tool_calls comes as a
+# its text, a boolean as 1 or 0 (`pinned` is an INTEGER 0/1 column), and an array or
+# object as its JSON text, verbatim. tool_calls comes as a
 # string holding its JSON text (see SqliteStore.append_rows).
 _SQLITE_INSERT = """
-INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, external_id, extra)
+INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, external_id, extra,
+                      pinned)
 SELECT :session, json_extract(r.value, '$.role'), json_extract(r.value, '$.content'),
        json_extract(r.value, '$.tool_calls'), json_extract(r.value, '$.tool_call_id'),
-       json_extract(r.value, '$.external_id'), json_extract(r.value, '$.extra')
+       json_extract(r.value, '$.external_id'), json_extract(r.value, '$.extra'),
+       coalesce(json_extract(r.value, '$.pinned'), 0)
 FROM json_each(:rows) AS r
 WHERE json_extract(r.value, '$.external_id') IS NULL OR NOT EXISTS (
     SELECT 1 FROM archived_messages a
@@ -188,11 +201,17 @@ WHERE json_extract(r.value, '$.external_id') IS NULL OR NOT EXISTS (
 ORDER BY r.key
 ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
 SET role = excluded.role, content = excluded.content, tool_calls = excluded.tool_calls,
-    tool_call_id = excluded.tool_call_id, extra = excluded.extra, cleared_by = NULL
+    tool_call_id = excluded.tool_call_id, extra = excluded.extra, pinned = excluded.pinned,
+    cleared_by = CASE
+        WHEN messages.role IS NOT excluded.role OR messages.content IS NOT excluded.content
+             OR messages.tool_calls IS NOT excluded.tool_calls
+             OR messages.tool_call_id IS NOT excluded.tool_call_id
+        THEN NULL ELSE messages.cleared_by END
 WHERE NOT messages.is_summary AND substr(messages.external_id, 1, 11) <> 'summarizer-'
   AND (messages.role IS NOT excluded.role OR messages.content IS NOT excluded.content
        OR messages.tool_calls IS NOT excluded.tool_calls
-       OR messages.tool_call_id IS NOT excluded.tool_call_id)
+       OR messages.tool_call_id IS NOT excluded.tool_call_id
+       OR messages.pinned IS NOT excluded.pinned)
 """
 
 _SQLITE_REMOVE = """

@@ -1,6 +1,7 @@
 """The turn every entry point shares: store what the state holds that is not stored yet,
-ask the worker, and when the stored history changed under the state (a compaction now,
-or a late one committed after an earlier turn stopped waiting), bring it into the state.
+ask the worker (with the prompt tokens the agent's model last reported), and when the
+stored history changed under the state (a compaction now, a late one committed after an
+earlier turn stopped waiting, or one `compact` made), bring it into the state.
 
 These coroutines run on the client's private loop (see `_loop`).
 """
@@ -11,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage, RemoveMessage
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from ._codec import pair_safe, summary_compaction
 from ._failopen import logger
-from .client import Decision, SummarizerClient, _oneline
+from .client import MAX_TOKENS, Decision, SummarizerClient, _oneline
 
 
 @dataclass(frozen=True)
@@ -64,20 +65,49 @@ async def store_new(client: SummarizerClient, session_id: str, messages: Sequenc
         return False
 
 
+def reported_tokens(messages: Sequence[BaseMessage]) -> int | None:
+    """The prompt tokens the agent's model reported on its last call: the
+    `usage_metadata["input_tokens"]` of the newest `AIMessage` that has one, when it is
+    an int the worker takes (0 to 1,000,000,000); None otherwise (a bool, a negative or
+    a float is no count, and is better left out than refused with the whole turn)."""
+    for message in reversed(messages):
+        if not isinstance(message, AIMessage):
+            continue
+        usage: Any = message.usage_metadata
+        if isinstance(usage, dict) and "input_tokens" in usage:
+            tokens = usage["input_tokens"]
+            return tokens if type(tokens) is int and 0 <= tokens <= MAX_TOKENS else None
+    return None
+
+
 async def sync_and_ask(
-    client: SummarizerClient, session_id: str, messages: Sequence[BaseMessage]
+    client: SummarizerClient,
+    session_id: str,
+    messages: Sequence[BaseMessage],
+    *,
+    threshold_tokens: int | None = None,
 ) -> Turn:
-    """One turn. Never raises."""
+    """One turn: the request carries `threshold_tokens` when given, and the state's
+    `reported_tokens` as `context_tokens` unless the stored history may have changed
+    since the state was loaded (see `SummarizerClient._stale`): a count taken before a
+    compaction would ask for another one at once. Never raises."""
     try:
         stored = await store_new(client, session_id, messages)
-        decision = await client._turn_starting(session_id)
+        tokens = None if session_id in client._stale else reported_tokens(messages)
+        decision = await client._turn_starting(
+            session_id, context_tokens=tokens, threshold_tokens=threshold_tokens
+        )
         # Unstored messages would be lost by a replacement; the next turn catches up.
         if not stored or decision.reply is None:
             return Turn(decision, None)
         latest = decision.latest_compaction_id
         if not decision.compacted and latest == summary_compaction(list(messages)):
+            client._stale.discard(session_id)
             return Turn(decision, None)
-        return Turn(decision, await _history(client, session_id, decision))
+        history = await _history(client, session_id, decision)
+        if history is not None:
+            client._stale.discard(session_id)
+        return Turn(decision, history)
     except Exception as e:  # noqa: BLE001 -- a bug here must not stop the agent
         client.warnings.warn("internal", "unexpected error: %r", e)
         return Turn(Decision.without_reply("transport_error"), None)

@@ -43,6 +43,13 @@ T = TypeVar("T")
 
 #: Between attempts to reach NATS or the database after they could not be reached.
 RECONNECT_INTERVAL = 2
+#: The least `compact` waits for its reply by default: a compaction waits for an LLM to
+#: write the summary, which takes seconds to minutes, not the turn's few seconds.
+COMPACT_TIMEOUT = 120.0
+#: The worker's limit on a compaction's `instructions`, in chars (Unicode scalar values).
+MAX_INSTRUCTIONS_CHARS = 4_000
+#: The worker's bounds on `threshold_tokens` (1 to this) and `context_tokens` (0 to this).
+MAX_TOKENS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,7 @@ class SummarizerClient:
     `connect()` (or on first use) and live on a private event-loop thread, so one client
     serves async and sync callers alike. `publish_job` publishes durable jobs to the
     fleet's JetStream work queue; `recall` and `fetch` read what compactions archived, on
-    `recall_subject`.
+    `recall_subject`; `compact` compacts a session now, whatever its size.
     """
 
     def __init__(
@@ -110,6 +117,12 @@ class SummarizerClient:
         # with the fingerprint of the row it was stored as: a sync sends only the new and
         # the edited ones, and removes from the table what the state no longer holds.
         self._stored: dict[str, dict[str, int]] = {}
+        # Sessions whose stored history may have changed since a state last loaded it: a
+        # compaction was answered (`compact` makes one no turn brings in at once), or an
+        # ask timed out while one may be under way. The `context_tokens` their states
+        # report measure a longer history than the stored one, so `_turn` does not send
+        # them until a turn has brought the state up to date.
+        self._stale: set[str] = set()
 
     def __repr__(self) -> str:
         # The database URL may hold a password: never shown.
@@ -147,15 +160,76 @@ class SummarizerClient:
 
     # -- the public calls ------------------------------------------------------------
 
-    async def turn_starting(self, session_id: str) -> Decision:
+    async def turn_starting(
+        self,
+        session_id: str,
+        *,
+        context_tokens: int | None = None,
+        threshold_tokens: int | None = None,
+    ) -> Decision:
         """Asks the fleet whether `session_id` needs compacting, waiting at most
-        `timeout` seconds. Never raises."""
-        return await self._loop.run(self._turn_starting(session_id))
+        `timeout` seconds. Never raises.
+
+        `context_tokens` is the prompt's size in tokens as the agent's model reported it
+        on its last call (0 to 1,000,000,000); `threshold_tokens` (1 to 1,000,000,000)
+        makes the session over its threshold when its tokens pass it, as well as when
+        its chars pass `threshold_chars`. Without `context_tokens` the worker estimates
+        the tokens from the chars. A value out of those bounds is not checked here: the
+        worker answers `invalid_request` (and the turn proceeds, uncompacted)."""
+        return await self._loop.run(
+            self._turn_starting(
+                session_id, context_tokens=context_tokens, threshold_tokens=threshold_tokens
+            )
+        )
+
+    async def compact(
+        self,
+        session_id: str,
+        instructions: str | None = None,
+        *,
+        keep_chars: int | None = None,
+        timeout: float | None = None,
+    ) -> Decision:
+        """Compacts `session_id` now, even below its threshold (`"force": true`), as a
+        turn over its threshold would be: its older part is summarized, keeping at least
+        `keep_chars` of its newest messages (this request's keep, clamped to the
+        worker's bounds). `instructions` (at most 4,000 chars, no control characters but
+        newlines) tell the summarizer what to focus on or keep; the usage event records
+        them, and `"forced": true`. Pinned messages stay, as in any compaction.
+
+        Waits at most `timeout` seconds for the reply, by default the client's `timeout`
+        but at least 2 minutes: the worker calls an LLM. The other skip rules hold: the
+        decision's reason may be `too_few_turns`, `no_safe_boundary`,
+        `nothing_to_compact`, `backing_off`, `disabled`, or `in_progress` (another
+        worker is compacting the session). Like `turn_starting` it never raises for the
+        fleet's sake: a timeout, no worker or a transport failure is a decision without
+        a reply, and a request the worker refuses is reason `invalid_request` (the
+        reply's `message` says why); a compaction that commits after the timeout is
+        picked up by the next turn as any late one is. Raises `ValueError` only for
+        `instructions` longer than 4,000 chars."""
+        return await self._loop.run(self._compact(session_id, instructions, keep_chars, timeout))
+
+    def compact_sync(
+        self,
+        session_id: str,
+        instructions: str | None = None,
+        *,
+        keep_chars: int | None = None,
+        timeout: float | None = None,
+    ) -> Decision:
+        """`compact` for sync programs: blocks until the worker answers or the wait ends."""
+        return self._loop.run_sync(self._compact(session_id, instructions, keep_chars, timeout))
+
+    def _compact_wait(self, timeout: float | None) -> float:
+        """How long `compact` waits for its reply: `timeout`, or by default the client's
+        `timeout` but at least `COMPACT_TIMEOUT` (2 minutes)."""
+        return max(self.timeout, COMPACT_TIMEOUT) if timeout is None else timeout
 
     async def append(self, session_id: str, messages: Sequence[BaseMessage]) -> int:
         """Stores `messages` in order, each once per session by its id (messages without
         one are always stored). A message stored before with other text (or role, tool
-        calls, call id) updates its row: an edit in place is mirrored. One that a
+        calls, call id, or pin: `additional_kwargs["summarizer_pinned"]`) updates its
+        row: an edit in place is mirrored. One that a
         compaction archived, sent again unchanged, is not stored again; a new message
         that only reuses an archived message's id is. Returns how many rows were written.
 
@@ -321,7 +395,44 @@ class SummarizerClient:
             await self._store.close()
             self._store = None
 
-    async def _turn_starting(self, session_id: str) -> Decision:
+    async def _turn_starting(
+        self,
+        session_id: str,
+        *,
+        context_tokens: int | None = None,
+        threshold_tokens: int | None = None,
+    ) -> Decision:
+        fields: dict[str, Any] = {}
+        if context_tokens is not None:
+            fields["context_tokens"] = context_tokens
+        if threshold_tokens is not None:
+            fields["threshold_tokens"] = threshold_tokens
+        return await self._ask(session_id, fields, self.timeout)
+
+    async def _compact(
+        self,
+        session_id: str,
+        instructions: str | None,
+        keep_chars: int | None,
+        timeout: float | None,
+    ) -> Decision:
+        fields: dict[str, Any] = {"force": True}
+        if instructions is not None:
+            # Only the length is checked here, to name the limit; the worker checks the
+            # rest (a type or a control character) and answers `invalid_request`.
+            if isinstance(instructions, str) and len(instructions) > MAX_INSTRUCTIONS_CHARS:
+                raise ValueError(
+                    f"instructions must be at most {MAX_INSTRUCTIONS_CHARS:,} chars, "
+                    f"not {len(instructions):,}"
+                )
+            fields["instructions"] = instructions
+        if keep_chars is not None:
+            fields["keep_chars"] = keep_chars
+        return await self._ask(session_id, fields, self._compact_wait(timeout))
+
+    async def _ask(self, session_id: str, fields: dict[str, Any], timeout: float) -> Decision:
+        """The turn-starting request with `fields` besides the session and request ids,
+        answered within `timeout` seconds. Never raises."""
         try:
             await self._ensure_connected()
             nc = self._nats
@@ -331,14 +442,16 @@ class SummarizerClient:
                 self.warnings.warn("nats_unavailable", "not connected to NATS at %s", self.nats_url)
                 return Decision.without_reply("transport_error")
             payload = json.dumps(
-                {"session_id": session_id, "request_id": secrets.token_hex(4)}
+                {"session_id": session_id, "request_id": secrets.token_hex(4), **fields}
             ).encode()
-            message = await nc.request(self.subject, payload, timeout=self.timeout)
+            message = await nc.request(self.subject, payload, timeout=timeout)
         except nats.errors.NoRespondersError:
             self.warnings.warn("no_responders", "no worker is serving %s", self.subject)
             return Decision.without_reply("no_responders")
         except (nats.errors.TimeoutError, asyncio.TimeoutError):
-            self.warnings.warn("timeout", "no answer within %ss", self.timeout)
+            # The worker may be compacting the session still: see `_stale`.
+            self._stale.add(session_id)
+            self.warnings.warn("timeout", "no answer within %ss", timeout)
             return Decision.without_reply("timeout")
         except Exception as e:  # noqa: BLE001 -- fail open on anything
             self.warnings.warn("transport_error", "asking the worker failed: %s", _oneline(e))
@@ -352,11 +465,22 @@ class SummarizerClient:
         except ValueError as e:
             self.warnings.warn("unreadable_reply", "unreadable reply: %s", e)
             return Decision.without_reply("transport_error")
-        return Decision(
+        decision = Decision(
             compacted=reply.get("status") == "compacted",
             reason=str(reply.get("reason", "")),
             reply=reply,
         )
+        if reply.get("status") == "rejected":
+            # A bad setting (a `threshold_tokens` out of bounds, say) would otherwise
+            # turn compaction off without a word.
+            self.warnings.warn(
+                "rejected", "the worker rejected the request: %s", reply.get("message")
+            )
+        else:
+            self.warnings.cleared("rejected")
+        if decision.compacted:
+            self._stale.add(session_id)
+        return decision
 
     async def _publish_job(
         self,
@@ -460,6 +584,14 @@ class SummarizerClient:
         history = [from_row(*row) for row in rows]
         self._stored[session_id] = {m.id: fingerprint(m) for m in history if m.id}
         return history
+
+
+def check_threshold_tokens(value: int) -> None:
+    """Raises `ValueError` for a `threshold_tokens` the worker would refuse."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
+        raise ValueError(
+            f"threshold_tokens must be an integer from 1 to {MAX_TOKENS:,}, got {value!r}"
+        )
 
 
 async def _close_quietly(nc: Nats) -> None:

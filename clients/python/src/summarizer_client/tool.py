@@ -1,4 +1,5 @@
-"""`recall_tool`: the session's archive as a LangChain tool the model can call."""
+"""`recall_tool`: the session's archive as a LangChain tool the model can call; and
+`compact_tool`, with which the model compacts its own context."""
 
 # No `from __future__ import annotations`: LangChain reads the `config: RunnableConfig`
 # parameter's annotation at runtime to inject the run's config instead of asking the
@@ -7,10 +8,13 @@
 import asyncio
 import re
 
+from typing import Any
+
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import BaseModel, Field
 
-from .client import SummarizerClient
+from .client import MAX_INSTRUCTIONS_CHARS, Decision, SummarizerClient
 from .recall import MAX_MAX_CHARS, RecallError, as_text, fetch_payload, search_payload
 
 NAME = "recall_earlier_conversation"
@@ -92,6 +96,162 @@ def recall_tool(
 
 
 _NO_SESSION = "recall unavailable: this run has no thread_id to find the conversation by."
+
+COMPACT_NAME = "compact_conversation"
+COMPACT_DESCRIPTION = (
+    "Compact this conversation now: its earlier part is replaced by a summary, which "
+    "frees room in your context. Use it when the conversation has grown long, or before "
+    "a new phase of the work. Optionally say what the summary must focus on or keep "
+    "(identifiers, decisions, open questions). The recent messages are kept as they are; "
+    "the next turn continues from the summary."
+)
+
+
+class _CompactArgs(BaseModel):
+    instructions: str | None = Field(
+        default=None,
+        description=(
+            "What the summary should focus on or keep, in at most "
+            f"{MAX_INSTRUCTIONS_CHARS:,} characters (optional)."
+        ),
+    )
+
+
+def compact_tool(
+    client: SummarizerClient,
+    session_id: str | None = None,
+    *,
+    keep_chars: int | None = None,
+    timeout: float | None = None,
+) -> BaseTool:
+    """A tool named `compact_conversation` with one optional `instructions` argument
+    (what the summary should focus on): it compacts the session now (`client.compact`),
+    and tells the model what happened: `Compacted: 38 earlier messages replaced by a
+    summary (42,490 chars saved). ...`, or why not (`Not compacted: too_few_turns
+    (...)`). The session is `session_id`, or else the run's `thread_id`; `keep_chars`
+    and `timeout` are `client.compact`'s (by default the worker's keep, and at least 2
+    minutes).
+
+    The compaction changes the stored history, not the state the tool runs in: the next
+    model call of an agent with `SummarizerMiddleware` (or a graph with
+    `summarizer_node`) loads it, as it loads any compaction it did not ask for. It
+    never raises into the agent: a failure is a `Not compacted: ...` text."""
+
+    # Past the wait for the reply, a stuck connection attempt or loop: never a hung call.
+    bound = client._compact_wait(timeout) + client.timeout * 2 + 1.0
+
+    async def acompact(config: RunnableConfig, instructions: str | None = None) -> str:
+        session = _session(session_id, config)
+        if session is None:
+            return _NOT_COMPACTED_NO_SESSION
+        try:
+            compacting = _compact(client, session, instructions, keep_chars, timeout)
+            return await asyncio.wait_for(client.run(compacting), timeout=bound)
+        except Exception as e:  # noqa: BLE001 -- a tool's failure must not end the run
+            return _compact_failed(client, e)
+
+    def compact(config: RunnableConfig, instructions: str | None = None) -> str:
+        session = _session(session_id, config)
+        if session is None:
+            return _NOT_COMPACTED_NO_SESSION
+        try:
+            compacting = _compact(client, session, instructions, keep_chars, timeout)
+            return client.run_sync(compacting, bound)
+        except Exception as e:  # noqa: BLE001 -- a tool's failure must not end the run
+            return _compact_failed(client, e)
+
+    return StructuredTool.from_function(
+        func=compact,
+        coroutine=acompact,
+        name=COMPACT_NAME,
+        description=COMPACT_DESCRIPTION,
+        args_schema=_CompactArgs,
+    )
+
+
+_NOT_COMPACTED_NO_SESSION = (
+    "Not compacted: this run has no thread_id to find the conversation by. Go on as you are."
+)
+
+#: Why a compaction did not happen, as the model is told, by the reply's reason.
+_NOT_COMPACTED = {
+    "below_threshold": "the conversation is small enough as it is",
+    "too_few_turns": "fewer than two user turns so far, too little to summarize",
+    "no_safe_boundary": "no place to cut that keeps every tool call with its result",
+    "nothing_to_compact": "only an earlier summary is old enough to compact",
+    "unknown_session": "nothing of this conversation is stored yet",
+    "disabled": "compaction is disabled for this conversation",
+    "backing_off": "the summarizer failed recently and waits before it tries again",
+    "conflict": "the conversation changed while it was being compacted",
+    "in_progress": "another compaction of this conversation is under way; the next turn "
+    "continues from it",
+    "no_responders": "no summarizer is running",
+    "transport_error": "the summarizer could not be reached",
+}
+
+
+async def _compact(
+    client: SummarizerClient,
+    session: str,
+    instructions: str | None,
+    keep_chars: int | None,
+    timeout: float | None,
+) -> str:
+    try:
+        # On the client's loop already (see `compact_tool`): its coroutine, not its method.
+        decision = await client._compact(session, instructions, keep_chars, timeout)
+    except ValueError as e:
+        return f"Not compacted: {e}. Shorten them, or call again without them."
+    return _compaction_text(decision, client._compact_wait(timeout))
+
+
+def _compaction_text(decision: Decision, waited: float) -> str:
+    """What the model reads after `compact_conversation`: what the compaction saved, or
+    why there was none."""
+    reply: dict[str, Any] = decision.reply or {}
+    if decision.compacted:
+        removed, cleared = _count(reply, "messages_removed"), _count(reply, "tool_outputs_cleared")
+        saved = max(
+            0,
+            _count(reply, "chars_removed")
+            - _count(reply, "summary_chars")
+            + _count(reply, "chars_cleared"),
+        )
+        done = []
+        if removed:
+            done.append(f"{removed} earlier message{_s(removed)} replaced by a summary")
+        if cleared:
+            done.append(f"{cleared} old tool output{_s(cleared)} cleared")
+        what = " and ".join(done) or "the earlier part replaced by a summary"
+        return f"Compacted: {what} ({saved:,} chars saved). The next turn continues from it."
+    reason = decision.reason or "unknown"
+    if reason == "timeout":
+        why = (
+            f"no answer within {waited:g}s; it may still complete, and the next turn would "
+            "continue from it"
+        )
+    elif reason in _NOT_COMPACTED:
+        why = _NOT_COMPACTED[reason]
+    else:
+        # `invalid_request`, `llm_error`, `store_error`: the worker says why.
+        why = str(reply.get("message") or f"status {reply.get('status')!r}")
+    return f"Not compacted: {reason} ({why}). Go on as you are."
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def _count(reply: dict[str, Any], key: str) -> int:
+    value = reply.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _compact_failed(client: SummarizerClient, error: Exception) -> str:
+    timed_out = isinstance(error, (asyncio.TimeoutError, TimeoutError))
+    reason = "timeout" if timed_out else "transport_error"
+    client.warnings.warn("compact", "compact_conversation failed (%s): %s", reason, error)
+    return f"Not compacted: {reason} (the summarizer did not answer). Go on as you are."
 
 
 def _session(session_id: str | None, config: RunnableConfig) -> str | None:
