@@ -18,10 +18,12 @@ ALTER TABLE sessions
 
 -- A pending summary's prefix is the rows before its cut that are neither system
 -- messages nor pinned: a pinned message stays where it is, as the commit leaves it
--- (it deletes exactly the planned rows). `apply_pending_summary` as in migration 14,
--- with `AND NOT pinned` where it reads and where it deletes the prefix. A plan that
--- also kept a pinned message's tool-call partner in place differs from that prefix, and
--- the pending summary is dropped (`prefix_changed`): the turn compacts afresh.
+-- (it deletes exactly the planned rows). A pin on a summary is not heeded: the next
+-- summary folds it in, as the planner does. `apply_pending_summary` as in migration
+-- 14, with `AND NOT (pinned AND NOT is_summary)` where it reads and deletes the
+-- prefix. A plan that also kept a pinned message's tool-call partner in place differs
+-- from that prefix, and the pending summary is dropped (`prefix_changed`): the turn
+-- compacts afresh.
 CREATE OR REPLACE FUNCTION apply_pending_summary(
     p_session text, p_request_id text, p_job_id text, p_threshold bigint, p_keep bigint,
     p_model text, p_max_age_ms bigint,
@@ -66,7 +68,7 @@ BEGIN
         INTO found_seqs, found_chars, found_versions
         FROM messages
         WHERE session_id = p_session AND seq < pending.cut_seq AND role <> 'system'
-          AND NOT pinned;
+          AND NOT (pinned AND NOT is_summary);
         IF found_seqs IS DISTINCT FROM pending.removed_seqs
            OR found_chars IS DISTINCT FROM pending.removed_chars
            OR found_versions IS DISTINCT FROM pending.removed_versions
@@ -126,7 +128,7 @@ BEGIN
     WITH removed AS (
         DELETE FROM messages
         WHERE session_id = p_session AND seq < pending.cut_seq AND role <> 'system'
-          AND NOT pinned
+          AND NOT (pinned AND NOT is_summary)
         RETURNING *
     )
     INSERT INTO archived_messages (compaction_id, session_id, seq, role, content,

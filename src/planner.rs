@@ -16,6 +16,9 @@ pub struct Split {
     /// Indices of the messages the summary replaces, oldest first: every message before
     /// `cut` except those that stay where they are (see [`stays_in_place`]).
     pub removed: Vec<usize>,
+    /// Indices of the messages before `cut` that stay where they are and are not system
+    /// messages: pinned messages and their tool-call partners. Usually none.
+    pub kept: Vec<usize>,
 }
 
 impl Split {
@@ -73,28 +76,34 @@ pub fn plan(messages: &[Message], limits: Limits) -> Result<Split, Reason> {
         .ok_or(Reason::NoSafeBoundary)?;
 
     let stays = stays_in_place(messages);
-    let removed: Vec<usize> = (0..cut).filter(|&i| !stays[i]).collect();
+    let (kept, removed): (Vec<usize>, Vec<usize>) = (0..cut)
+        .filter(|&i| messages[i].role != Role::System)
+        .partition(|&i| stays[i]);
     if removed.is_empty() {
         return Err(Reason::NoSafeBoundary);
     }
     if removed.iter().all(|&i| messages[i].is_summary) {
         return Err(Reason::NothingToCompact);
     }
-    Ok(Split { cut, removed })
+    Ok(Split { cut, removed, kept })
 }
 
 /// `result[i]` is true when message `i` stays where it is whatever the cut, as system
-/// messages do: a system message, a pinned one (`messages.pinned`), and the tool-call
+/// messages do: a system message, a pinned one (`messages.pinned`; not a summary, which
+/// the next summary always folds in), and the tool-call
 /// partners of a pinned one, so that pinning never breaks a pair. A pinned call keeps
 /// its results; a pinned result keeps the call it answers, and with it that call's other
 /// results. A result answers the nearest earlier call of its id (see [`calls_spanning`]).
 ///
 /// Linear in the messages and their calls; one allocation when nothing is pinned.
 pub fn stays_in_place(messages: &[Message]) -> Vec<bool> {
+    // A summary is the worker's, folded into the next one: a pin on it is not heeded,
+    // or the session would end up with two.
+    let pinned = |m: &Message| m.pinned && !m.is_summary;
     let mut stays: Vec<bool> = (messages.iter())
-        .map(|m| m.role == Role::System || m.pinned)
+        .map(|m| m.role == Role::System || pinned(m))
         .collect();
-    if !messages.iter().any(|m| m.pinned) {
+    if !messages.iter().any(pinned) {
         return stays;
     }
     // Each result's call, and whether that call stays for a pinned partner.
@@ -107,7 +116,7 @@ pub fn stays_in_place(messages: &[Message]) -> Vec<bool> {
         }
     }
     let mut call_stays = vec![false; messages.len()];
-    for (i, _) in messages.iter().enumerate().filter(|(_, m)| m.pinned) {
+    for (i, _) in messages.iter().enumerate().filter(|(_, m)| pinned(m)) {
         call_stays[i] = true;
         if let Some(call) = call_of[i] {
             call_stays[call] = true;

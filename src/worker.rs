@@ -849,6 +849,7 @@ impl Written {
             lease_owner: owner,
             cut_seq: plan.cut_seq,
             removed_seqs: &plan.removed_seqs,
+            kept_seqs: &plan.kept_seqs,
             removed_chars: &plan.removed_chars,
             removed_fingerprints: &plan.removed_fingerprints,
             text: &self.text,
@@ -886,6 +887,8 @@ struct Plan {
     messages_kept: i64,
     cut_seq: i64,
     removed_seqs: Vec<i64>,
+    /// The pinned messages (and their tool-call partners) before the cut, which stay.
+    kept_seqs: Vec<i64>,
     removed_chars: Vec<i64>,
     /// The removed rows' fingerprints at load, which the commit checks.
     removed_fingerprints: Vec<String>,
@@ -915,6 +918,7 @@ impl Plan {
             lease_owner: owner,
             cut_seq: self.cut_seq,
             removed_seqs: &[],
+            kept_seqs: &[],
             removed_chars: &[],
             removed_fingerprints: &[],
             text: "",
@@ -1059,6 +1063,7 @@ fn plan(
                 messages_kept: messages.len() as i64,
                 cut_seq: i64::MIN,
                 removed_seqs: Vec::new(),
+                kept_seqs: Vec::new(),
                 removed_chars: Vec::new(),
                 removed_fingerprints: Vec::new(),
                 tokens_removed: 0,
@@ -1109,6 +1114,7 @@ fn summary_plan(
     cleared: Cleared<'_>,
 ) -> Plan {
     let removed_seqs = split.removed(&messages).map(|m| m.seq).collect();
+    let kept_seqs = split.kept.iter().map(|&i| messages[i].seq).collect();
     let removed_chars: Vec<i64> = match cleared.stored_chars {
         Some(stored) => split.removed.iter().map(|&i| stored[i]).collect(),
         None => split.removed(&messages).map(|m| m.chars).collect(),
@@ -1136,6 +1142,7 @@ fn summary_plan(
             .cloned()
             .collect(),
         removed_seqs,
+        kept_seqs,
         removed_chars,
         old: take_removed(messages, &split.removed).into(),
         model: None,

@@ -272,6 +272,11 @@ pub struct NewSummary<'a> {
     /// oldest first, as planned.
     pub removed_seqs: &'a [i64],
     pub removed_chars: &'a [i64],
+    /// The seqs of the messages before the cut that stay in place besides system
+    /// messages: pinned messages and their tool-call partners (`planner::Split::kept`).
+    /// The commit removes every other non-system message before the cut, and gives up
+    /// when those are not exactly `removed_seqs`.
+    pub kept_seqs: &'a [i64],
     pub removed_fingerprints: &'a [String],
     pub text: &'a str,
     pub model: &'a str,

@@ -449,15 +449,8 @@ async fn summarizer_compact_forces_a_compaction_and_exits_by_its_outcome() {
     below_threshold(&app, "s").await;
     app.append_turns("one-turn", 1).await;
     let run = |args: &[&str]| {
-        let dir = std::env::temp_dir().join(format!("summarizer-test-{:08x}", fastrand::u32(..)));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_summarizer"));
-        command
-            .args(args)
-            .env_clear()
-            .envs(app.env(&[]))
-            .current_dir(dir)
-            .kill_on_drop(true);
+        let mut command = crate::process::summarizer(args);
+        command.envs(app.env(&[]));
         async move {
             tokio::time::timeout(Duration::from_secs(30), command.output())
                 .await
@@ -497,4 +490,32 @@ async fn summarizer_compact_forces_a_compaction_and_exits_by_its_outcome() {
     // A usage error is clap's.
     let out = run(&["compact", "s", "--keep-chars", "-5"]).await;
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn a_pin_on_a_summary_is_not_heeded_and_the_session_keeps_one_summary() {
+    let app = spawn_app_with(&[]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append_turns("s", 5).await;
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    app.db
+        .query("UPDATE messages SET pinned = true WHERE session_id = 's' AND is_summary")
+        .execute()
+        .await
+        .unwrap();
+    app.append_turns("s", 5).await;
+    let reply = app.turn_starting("s").await;
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    let summaries = app
+        .messages("s")
+        .await
+        .into_iter()
+        .filter(|m| m.is_summary)
+        .count();
+    assert_eq!(
+        summaries, 1,
+        "the pinned summary was folded into the new one"
+    );
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
 }

@@ -17,7 +17,7 @@ use crate::helpers::{
 };
 
 /// The binary with a clean environment, run from an empty directory (no `.env`).
-fn summarizer(args: &[&str]) -> tokio::process::Command {
+pub fn summarizer(args: &[&str]) -> tokio::process::Command {
     let dir = std::env::temp_dir().join(format!("summarizer-test-{:08x}", fastrand::u32(..)));
     std::fs::create_dir_all(&dir).unwrap();
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_summarizer"));

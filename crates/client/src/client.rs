@@ -74,13 +74,7 @@ impl TurnClient {
         overrides: Overrides,
         timeout: Duration,
     ) -> Decision {
-        let request = Request {
-            session_id: session_id.to_owned(),
-            request_id: Some(new_request_id()),
-            overrides,
-            instructions: None,
-        };
-        self.send(&request.encode(), timeout).await
+        self.ask(session_id, overrides, None, timeout).await
     }
 
     /// Asks the fleet to compact `session_id` now, even below its threshold (`"force":
@@ -94,13 +88,25 @@ impl TurnClient {
         overrides: Overrides,
         timeout: Duration,
     ) -> Decision {
+        let forced = Overrides {
+            force: true,
+            ..overrides
+        };
+        self.ask(session_id, forced, instructions, timeout).await
+    }
+
+    /// A request for `session_id` with `overrides` and `instructions`, with a new id.
+    async fn ask(
+        &self,
+        session_id: &str,
+        overrides: Overrides,
+        instructions: Option<&str>,
+        timeout: Duration,
+    ) -> Decision {
         let request = Request {
             session_id: session_id.to_owned(),
             request_id: Some(new_request_id()),
-            overrides: Overrides {
-                force: true,
-                ..overrides
-            },
+            overrides,
             instructions: instructions.map(str::to_owned),
         };
         self.send(&request.encode(), timeout).await

@@ -187,8 +187,8 @@ impl PgStore {
                  RETURNING id
              ), removed AS (
                  DELETE FROM messages
-                 WHERE session_id = $1 AND seq = ANY ($2)
-                   AND EXISTS (SELECT 1 FROM fence)
+                 WHERE session_id = $1 AND seq < $2 AND role <> 'system'
+                   AND seq <> ALL ($8) AND EXISTS (SELECT 1 FROM fence)
                  RETURNING *, ",
             fingerprint_sql!(),
             " AS fingerprint
@@ -214,14 +214,19 @@ impl PgStore {
              FROM removed"
         ))
         .bind(summary.session_id)
-        // Exactly the planned rows (a clearing alone removes none): a pinned message
-        // before the cut stays where it is.
-        .bind(summary.removed_seqs)
+        // A clearing alone removes nothing: no seq is below the smallest.
+        .bind(if summary.summarized {
+            summary.cut_seq
+        } else {
+            i64::MIN
+        })
         .bind(summary.model)
         .bind(summary.prompt_tokens)
         .bind(summary.completion_tokens)
         .bind(&metadata)
         .bind(summary.lease_owner)
+        // The pinned messages before the cut, and their partners, stay where they are.
+        .bind(summary.kept_seqs)
         .fetch_one(&mut *tx)
         .await?;
         if !archived.try_get::<bool, _>("fenced")? {

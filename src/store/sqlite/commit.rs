@@ -193,9 +193,16 @@ impl SqliteStore {
         if fenced == 0 {
             return Err(CommitError::LeaseLost);
         }
-        // Exactly the planned rows (a clearing alone removes none): a pinned message
-        // before the cut stays where it is.
-        let replaced = Replaced::Rows(summary.removed_seqs);
+        // A clearing alone removes nothing: no seq is below the smallest. The pinned
+        // messages before the cut, and their partners, stay where they are.
+        let replaced = Replaced::Planned {
+            cut_seq: if summary.summarized {
+                summary.cut_seq
+            } else {
+                i64::MIN
+            },
+            kept: summary.kept_seqs,
+        };
         let prefix = Prefix::read(&mut tx, summary.session_id, replaced).await?;
         let unchanged = prefix.is(
             summary.removed_seqs,
@@ -255,23 +262,26 @@ impl SqliteStore {
     }
 }
 
-/// Which rows a commit or an applied pending summary replaces.
+/// Which rows a commit or an applied pending summary replaces: the non-system messages
+/// before a cut seq, but for those that stay in place.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Replaced<'a> {
-    /// The messages before a cut seq that are neither system messages nor pinned: a
-    /// pending summary's prefix (a plan that kept a pinned message's tool-call partner in
-    /// place differs from it, and the pending summary is dropped).
+    /// A pending summary's prefix: pinned messages stay (a plan that also kept a pinned
+    /// message's tool-call partner in place differs from it, and is dropped).
     Before(i64),
-    /// Exactly these rows: a commit's plan, which leaves pinned rows in place.
-    Rows(&'a [i64]),
+    /// A commit's plan: the messages it keeps in place (`kept`: pinned ones and their
+    /// partners) stay.
+    Planned { cut_seq: i64, kept: &'a [i64] },
 }
 
-/// The rows of session `$1` that [`Replaced`] names: before the cut seq `$2`, or, when
-/// `$3` is a JSON array of seqs, those rows (`$2` is then below every seq).
+/// The rows of session `$1` that [`Replaced`] names: the non-system messages before the
+/// cut seq `$2`, but for pinned ones when `$3` is NULL, or for the seqs of the JSON
+/// array `$3` (usually empty) when it is not.
 macro_rules! replaced_rows_sql {
     () => {
-        "session_id = $1 AND ((seq < $2 AND role <> 'system' AND NOT pinned AND $3 IS NULL)
-                             OR seq IN (SELECT value FROM json_each($3)))"
+        "session_id = $1 AND seq < $2 AND role <> 'system'
+         AND CASE WHEN $3 IS NULL THEN NOT (pinned AND NOT is_summary)
+                  ELSE seq NOT IN (SELECT value FROM json_each($3)) END"
     };
 }
 
@@ -281,7 +291,10 @@ impl Replaced<'_> {
         match self {
             Replaced::Before(cut_seq) => (cut_seq, None),
             // A list of integers always serializes.
-            Replaced::Rows(seqs) => (i64::MIN, serde_json::to_string(seqs).ok()),
+            Replaced::Planned { cut_seq, kept } => (
+                cut_seq,
+                Some(serde_json::to_string(kept).unwrap_or_else(|_| "[]".to_owned())),
+            ),
         }
     }
 }
