@@ -519,3 +519,63 @@ async fn a_pin_on_a_summary_is_not_heeded_and_the_session_keeps_one_summary() {
     let report = app.check().await;
     assert!(report.is_clean(), "{report}");
 }
+
+/// A hostile size: 50,000 messages with 1,000 pinned (every 200th ask, and every 200th
+/// tool result, whose calls all reuse the id `call_0`), forced in one turn by the
+/// extractive summarizer: every pinned message and each pinned result's call stay, in
+/// place, and nothing else before the cut does. (No timing is asserted: the client's
+/// one-minute timeout is the bound.)
+#[tokio::test]
+async fn fifty_thousand_messages_with_a_thousand_pinned_are_compacted_around_them() {
+    let app = spawn_app_with(&[
+        ("LLM_PROVIDER", "extractive"),
+        ("SUMMARY_MAX_CHARS", "1500"),
+    ])
+    .await;
+    let calls = r#"'[{"id": "call_0", "name": "get_logs", "arguments": "{}"}]'"#;
+    let calls = match crate::helpers::backend() {
+        summarizer::store::Backend::Postgres => format!("CAST({calls} AS jsonb)"),
+        summarizer::store::Backend::Sqlite => calls.to_owned(),
+    };
+    let sql = format!(
+        "WITH RECURSIVE steps (m) AS (SELECT 1 UNION ALL SELECT m + 1 FROM steps WHERE m < 50000)
+         INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, pinned)
+         SELECT 'big',
+                CASE m % 4 WHEN 0 THEN 'user' WHEN 2 THEN 'tool' ELSE 'assistant' END,
+                'step ' || m || ': orders-db-' || (m % 7) || ' p99 ' || (m % 900) || ' ms',
+                CASE WHEN m % 4 = 1 THEN {calls} END,
+                CASE WHEN m % 4 = 2 THEN 'call_0' END,
+                m % 200 IN (0, 2)
+         FROM steps ORDER BY m"
+    );
+    app.db.raw(sqlx::AssertSqlSafe(sql)).await.unwrap();
+    let pinned_before = pinned_seqs(&app, "big").await;
+    assert_eq!(pinned_before.len(), 500);
+
+    let reply = replied(
+        app.client
+            .compact(
+                "big",
+                Some("orders-db"),
+                Overrides::default(),
+                Duration::from_secs(60),
+            )
+            .await,
+    );
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    assert!(reply.messages_removed.unwrap() > 48_000, "{reply:?}");
+    assert_eq!(pinned_seqs(&app, "big").await, pinned_before);
+    // Each pinned result's call (the message just before it) stayed with it.
+    let kept: Vec<i64> = app
+        .messages("big")
+        .await
+        .iter()
+        .filter(|m| !m.is_summary)
+        .map(|m| m.seq)
+        .collect();
+    for seq in pinned_before.iter().filter(|s| *s % 200 == 2) {
+        assert!(kept.contains(&(seq - 1)), "the call of pinned result {seq}");
+    }
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+}
