@@ -96,7 +96,7 @@ pub fn plan(messages: &[Message], limits: Limits) -> Result<Split, Reason> {
 /// results. A result answers the nearest earlier call of its id (see [`calls_spanning`]).
 ///
 /// Linear in the messages and their calls; one allocation when nothing is pinned.
-pub fn stays_in_place(messages: &[Message]) -> Vec<bool> {
+fn stays_in_place(messages: &[Message]) -> Vec<bool> {
     // A summary is the worker's, folded into the next one: a pin on it is not heeded,
     // or the session would end up with two.
     let pinned = |m: &Message| m.pinned && !m.is_summary;

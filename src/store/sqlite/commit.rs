@@ -236,15 +236,8 @@ impl SqliteStore {
         clear_in_place(&mut tx, summary, id).await?;
         match first_seq {
             Some(seq) => {
-                write_summary(&mut tx, summary.session_id, seq, summary.text, id).await?;
-                sqlx::query(
-                    "UPDATE sessions SET chars_per_token = coalesce($2, chars_per_token)
-                     WHERE session_id = $1",
-                )
-                .bind(summary.session_id)
-                .bind(summary.chars_per_token())
-                .execute(&mut *tx)
-                .await?;
+                let written = (summary.text, summary.chars_per_token());
+                write_summary(&mut tx, summary.session_id, seq, written, id).await?;
             }
             None => {
                 sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
@@ -441,13 +434,14 @@ async fn clear_in_place(
     Ok(())
 }
 
-/// Inserts the summary at `seq` (the first removed message's) and records the compaction
-/// as the session's latest.
+/// Inserts the summary `text` at `seq` (the first removed message's) and records the
+/// compaction as the session's latest, with the chars per token it measured, when it did
+/// (`NewSummary::chars_per_token`).
 pub(super) async fn write_summary(
     tx: &mut SqliteConnection,
     session_id: &str,
     seq: i64,
-    text: &str,
+    (text, chars_per_token): (&str, Option<f64>),
     compaction_id: i64,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
@@ -459,10 +453,15 @@ pub(super) async fn write_summary(
     .bind(text)
     .execute(&mut *tx)
     .await?;
-    sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
-        .bind(session_id)
-        .bind(compaction_id)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "UPDATE sessions
+         SET last_compaction_id = $2, chars_per_token = coalesce($3, chars_per_token)
+         WHERE session_id = $1",
+    )
+    .bind(session_id)
+    .bind(compaction_id)
+    .bind(chars_per_token)
+    .execute(&mut *tx)
+    .await?;
     Ok(())
 }

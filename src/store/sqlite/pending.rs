@@ -288,7 +288,7 @@ impl SqliteStore {
         .fetch_one(&mut *tx)
         .await?;
         replace_prefix(&mut tx, session_id, Replaced::Before(cut_seq), id).await?;
-        write_summary(&mut tx, session_id, first_seq, &summary, id).await?;
+        write_summary(&mut tx, session_id, first_seq, (&summary, None), id).await?;
         sqlx::query("UPDATE sessions SET failures = 0, retry_at = NULL WHERE session_id = $1")
             .bind(session_id)
             .execute(&mut *tx)
