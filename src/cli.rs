@@ -381,8 +381,15 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 keep_chars,
                 ..crate::protocol::Overrides::default()
             };
+            // Whoever runs the CLI runs the deployment: the operator.
             let decision = client
-                .compact(&session_id, instructions.as_deref(), overrides, timeout)
+                .compact_with(
+                    &session_id,
+                    instructions.as_deref(),
+                    crate::protocol::InstructionsFrom::Operator,
+                    overrides,
+                    timeout,
+                )
                 .await;
             let printed = print_decision(&decision);
             let compacted = matches!(

@@ -30,6 +30,7 @@ use futures_util::future::{BoxFuture, FutureExt};
 
 use crate::facts;
 use crate::message::{Message, Role, char_count};
+use crate::protocol::Instructions;
 use crate::summarizer::{LlmError, Summarizer};
 use crate::summary::Summary;
 use crate::summary::{CURRENT_STATE, INVESTIGATING, KEY_FINDINGS, RULED_OUT};
@@ -66,13 +67,14 @@ impl Summarizer for Extractive {
         _context: &'a [Message],
         old: &'a [Message],
         _model: Option<&'a str>,
-        instructions: Option<&'a str>,
+        instructions: Option<&'a Instructions>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         // Linear, but the old part may hold megabytes of tool output: on the blocking
         // pool, so that the async threads go on serving other events meanwhile. The copy
         // costs less than the summarizing.
         let old = old.to_vec();
-        let instructions = instructions.map(str::to_owned);
+        // Whoever wrote them, they only weigh the findings that share their words.
+        let instructions = instructions.map(|i| i.text.clone());
         let max_chars = self.max_chars;
         async move {
             let summarized = tokio::task::spawn_blocking(move || {

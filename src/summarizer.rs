@@ -12,6 +12,7 @@ use futures_util::future::BoxFuture;
 
 use crate::facts::MissingFact;
 use crate::message::Message;
+use crate::protocol::Instructions;
 use crate::summary::Summary;
 
 /// Why no summary came back. Only [`LlmError::Transient`] is retried.
@@ -78,7 +79,7 @@ pub trait Summarizer: Send + Sync {
     /// (never summarized; an LLM reads them to understand the conversation), the model
     /// the session asks for (`session_settings.model`; `None` for `LLM_MODEL`) and the
     /// request's `instructions` (the focus the operator or the agent asked this summary
-    /// to have; docs/protocol.md, "Forced compactions"). A summarizer that has no use
+    /// to have, with who wrote them; docs/protocol.md, "Forced compactions"). A summarizer that has no use
     /// for them keeps this default.
     ///
     /// # Errors
@@ -88,7 +89,7 @@ pub trait Summarizer: Send + Sync {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
-        instructions: Option<&'a str>,
+        instructions: Option<&'a Instructions>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         let _ = (context, model, instructions);
         self.summarize(old)
@@ -109,7 +110,7 @@ pub trait Summarizer: Send + Sync {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
-        instructions: Option<&'a str>,
+        instructions: Option<&'a Instructions>,
         missing: &'a [MissingFact],
     ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
         let _ = (context, old, model, instructions, missing);

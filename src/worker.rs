@@ -31,6 +31,7 @@ use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
 use crate::overrides::{self, Overrides};
 use crate::planner;
+use crate::protocol::Instructions;
 use crate::store::{
     Applied, ClearedRow, CommitError, CounterReader, Counters, Loaded, NewSummary, SharedStore,
     StoreError,
@@ -77,8 +78,9 @@ pub struct Event {
     /// The limits the request asks for, not yet clamped, and whether it forces a
     /// compaction and the token count it reports.
     pub overrides: Overrides,
-    /// The request's focus for the summary (`instructions`), already checked.
-    pub instructions: Option<String>,
+    /// The request's focus for the summary (`instructions`, already checked), with who
+    /// wrote it.
+    pub instructions: Option<Instructions>,
     /// A durable job's own identity (stream, sequence, publish time; see `transport::jetstream`),
     /// recorded in the usage event so that a redelivery of the same job is recognised.
     /// `None` for requests.
@@ -100,7 +102,7 @@ impl Event {
     pub fn from_request(request: crate::protocol::Request) -> Self {
         Self {
             overrides: request.overrides,
-            instructions: request.instructions,
+            instructions: request.focus(),
             ..Self::new(request.session_id, request.request_id)
         }
     }
@@ -128,7 +130,7 @@ struct Job {
     /// refuse a session below its threshold.
     forced: bool,
     /// The request's focus for the summary.
-    instructions: Option<String>,
+    instructions: Option<Instructions>,
 }
 
 pub use summarizer_client::new_request_id;
@@ -677,7 +679,7 @@ impl Worker {
                 &plan.context,
                 &plan.old,
                 plan.model.as_deref(),
-                plan.instructions.as_deref(),
+                plan.instructions.as_ref(),
             )
             .await;
         self.metrics.llm_took(asked.elapsed().as_secs_f64());
@@ -869,7 +871,7 @@ impl Written {
             summarized: true,
             cleared: &plan.cleared,
             forced: event.overrides.force,
-            instructions: event.instructions.as_deref(),
+            instructions: event.instructions.as_ref(),
         }
     }
 }
@@ -897,7 +899,7 @@ struct Plan {
     /// The model the session asks to be summarized with (`session_settings.model`).
     model: Option<String>,
     /// The request's focus for the summary (`instructions`).
-    instructions: Option<String>,
+    instructions: Option<Instructions>,
     /// The tool results cleared in place (docs/compaction.md, "Clearing old tool output").
     cleared: Vec<ClearedRow>,
     /// `false`: the clearing is the whole compaction; nothing else is removed and no

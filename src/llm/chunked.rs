@@ -34,6 +34,7 @@ use crate::config::LlmSettings;
 use crate::facts::MissingFact;
 use crate::message::Message;
 use crate::prompt::{MissingFacts, Prompt, Transcript};
+use crate::protocol::Instructions;
 use crate::summarizer::{LlmError, Summarizer};
 use crate::summary::Summary;
 
@@ -114,7 +115,7 @@ impl LlmSummarizer {
         &self,
         context: &[Message],
         old: &[Message],
-        (model, instructions): (Option<&str>, Option<&str>),
+        (model, instructions): (Option<&str>, Option<&Instructions>),
         missing: Option<MissingFacts>,
     ) -> Result<Summary, LlmError> {
         let deadline = Instant::now() + self.deadline + PROVIDER_GRACE;
@@ -124,10 +125,10 @@ impl LlmSummarizer {
             old.to_vec(),
             self.prompt.system().to_owned(),
         );
-        let instructions = instructions.map(str::to_owned);
+        let instructions = instructions.cloned();
         let rendered = cpu(large, move || {
             Rendered::of(system, &context, &owned)
-                .with_instructions(instructions.as_deref())
+                .with_instructions(instructions.as_ref())
                 .with_missing(missing.as_ref())
         })
         .await?;
@@ -235,7 +236,7 @@ impl Summarizer for LlmSummarizer {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
-        instructions: Option<&'a str>,
+        instructions: Option<&'a Instructions>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         (self.summarize_all(context, old, (model, instructions), None)).boxed()
     }
@@ -249,7 +250,7 @@ impl Summarizer for LlmSummarizer {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
-        instructions: Option<&'a str>,
+        instructions: Option<&'a Instructions>,
         missing: &'a [MissingFact],
     ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
         let missing = MissingFacts::of(missing, self.max_input_tokens);
@@ -287,7 +288,7 @@ struct Rendered {
     /// chunks a little room and keeps the planning one pass.
     appendix: Option<String>,
     /// What every request adds after the transcript: the request's instructions, marked
-    /// as the operator's (see `Transcript::operator_instructions`).
+    /// as the operator's or the agent's (see `Transcript::instructions`).
     instructions: Option<String>,
 }
 
@@ -311,9 +312,9 @@ impl Rendered {
 
     /// With the request's `instructions` after every request's transcript: each chunk's
     /// running summary is written with the same focus.
-    fn with_instructions(mut self, instructions: Option<&str>) -> Self {
-        if let Some(text) = instructions {
-            let rendered = self.transcript.operator_instructions(text);
+    fn with_instructions(mut self, instructions: Option<&Instructions>) -> Self {
+        if let Some(instructions) = instructions {
+            let rendered = self.transcript.instructions(instructions);
             self.fixed_tokens += tokens::count(&rendered);
             self.instructions = Some(rendered);
         }

@@ -14,6 +14,7 @@ use crate::extractive::Extractive;
 use crate::facts::MissingFact;
 use crate::message::Message;
 use crate::metrics::Metrics;
+use crate::protocol::Instructions;
 use crate::summarizer::{LlmError, Summarizer};
 use crate::summary;
 use crate::summary::Summary;
@@ -39,7 +40,7 @@ impl Fallback {
         context: &[Message],
         old: &[Message],
         model: Option<&str>,
-        instructions: Option<&str>,
+        instructions: Option<&Instructions>,
     ) -> Result<Summary, LlmError> {
         let reason = match (self.llm)
             .summarize_in_context(context, old, model, instructions)
@@ -82,7 +83,7 @@ impl Summarizer for Fallback {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
-        instructions: Option<&'a str>,
+        instructions: Option<&'a Instructions>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         self.summarize_with(context, old, model, instructions)
             .boxed()
@@ -95,7 +96,7 @@ impl Summarizer for Fallback {
         context: &'a [Message],
         old: &'a [Message],
         model: Option<&'a str>,
-        instructions: Option<&'a str>,
+        instructions: Option<&'a Instructions>,
         missing: &'a [MissingFact],
     ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
         (self.llm).summarize_keeping(context, old, model, instructions, missing)
@@ -183,7 +184,7 @@ mod tests {
             _context: &'a [Message],
             _old: &'a [Message],
             _model: Option<&'a str>,
-            _instructions: Option<&'a str>,
+            _instructions: Option<&'a Instructions>,
             missing: &'a [MissingFact],
         ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
             let values: Vec<&str> = missing.iter().map(|f| f.value.as_str()).collect();

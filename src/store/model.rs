@@ -19,6 +19,7 @@ use crate::fact_check::Figures;
 use crate::message::{Message, Role};
 use crate::outcome::Reason;
 use crate::overrides::{InvalidSetting, SessionSettings};
+use crate::protocol::Instructions;
 
 // Errors, counters, the lease and the commit
 // ------------------------------------------
@@ -308,8 +309,9 @@ pub struct NewSummary<'a> {
     pub cleared: &'a [ClearedRow],
     /// The request forced it (`"force": true`): recorded as `forced` in the usage event.
     pub forced: bool,
-    /// The request's focus for the summary, recorded as `instructions` in the usage event.
-    pub instructions: Option<&'a str>,
+    /// The request's focus for the summary, recorded as `instructions` in the usage
+    /// event, with who wrote them as `instructions_from`.
+    pub instructions: Option<&'a Instructions>,
 }
 
 /// A tool result a compaction clears in place: its row as it was loaded (the commit
@@ -430,7 +432,8 @@ impl NewSummary<'_> {
             metadata["forced"] = json!(true);
         }
         if let Some(instructions) = self.instructions {
-            metadata["instructions"] = json!(instructions);
+            metadata["instructions"] = json!(instructions.text);
+            metadata["instructions_from"] = json!(instructions.from.as_str());
         }
         if !self.cleared.is_empty() {
             metadata["tool_outputs_cleared"] = json!(self.cleared.len());

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::Decision;
 use crate::health::Health;
-use crate::protocol::{Overrides, Reply, Request};
+use crate::protocol::{Reply, Request};
 use crate::worker::Worker;
 
 /// One request and where its reply goes.
@@ -54,8 +54,7 @@ impl InProcessClient {
         let request = Request {
             session_id: session_id.to_owned(),
             request_id: Some(summarizer_client::new_request_id()),
-            overrides: Overrides::default(),
-            instructions: None,
+            ..Request::default()
         };
         self.send(&request.encode(), timeout).await
     }

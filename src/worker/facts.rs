@@ -133,7 +133,7 @@ impl Worker {
             &plan.context,
             &plan.old,
             plan.model.as_deref(),
-            plan.instructions.as_deref(),
+            plan.instructions.as_ref(),
             &missing,
         ) else {
             return (first, None);

@@ -95,6 +95,26 @@ async fn request_overrides_are_clamped_to_the_configured_bounds() {
     assert!(kept_chars(&app, "five-turns").await >= 700);
 }
 
+/// The contract clamps sizes: a positive integer past 2^64 (which JSON parsers keep as a
+/// float) is as large as any other past the bound, not a malformed request.
+#[tokio::test]
+async fn a_size_past_two_to_the_64_is_clamped_like_any_other() {
+    let app = spawn_app().await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append_turns("s", 5).await;
+    let huge = format!("1{}", "0".repeat(40));
+    let payload = format!(
+        r#"{{"session_id":"s","threshold_chars":18446744073709551616,"keep_chars":{huge}}}"#
+    );
+    let reply = app.send_raw(payload.as_bytes()).await;
+    assert_eq!(reply.reason, Reason::BelowThreshold, "{reply:?}");
+    assert_eq!(app.llm_requests().await, 0);
+    // A keep as large is clamped too, then held below the threshold, as any keep is.
+    let forced = format!(r#"{{"session_id":"s","force":true,"keep_chars":{huge}}}"#);
+    let reply = app.send_raw(forced.as_bytes()).await;
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+}
+
 #[tokio::test]
 async fn a_request_override_that_is_not_an_integer_is_rejected() {
     let app = spawn_app().await;

@@ -8,7 +8,7 @@ use async_nats::connection::State;
 
 use crate::new_request_id;
 use crate::outcome::Status;
-use crate::protocol::{Overrides, Reply, Request};
+use crate::protocol::{InstructionsFrom, Overrides, Reply, Request};
 
 /// What the agent learns before its turn. Every variant means "go on"; only
 /// `Replied` with status `compacted` means the history changed.
@@ -74,13 +74,14 @@ impl TurnClient {
         overrides: Overrides,
         timeout: Duration,
     ) -> Decision {
-        self.ask(session_id, overrides, None, timeout).await
+        self.ask(session_id, overrides, timeout).await
     }
 
     /// Asks the fleet to compact `session_id` now, even below its threshold (`"force":
     /// true`; the other skip rules hold), with `instructions` as the summary's focus and
     /// `overrides`' other limits (a `keep_chars`, say). A compaction calls the LLM:
-    /// give it a `timeout` of the LLM's deadline, not a turn's.
+    /// give it a `timeout` of the LLM's deadline, not a turn's. The instructions go as
+    /// the agent's (see [`TurnClient::compact_with`] for an operator's).
     pub async fn compact(
         &self,
         session_id: &str,
@@ -88,26 +89,44 @@ impl TurnClient {
         overrides: Overrides,
         timeout: Duration,
     ) -> Decision {
-        let forced = Overrides {
-            force: true,
-            ..overrides
-        };
-        self.ask(session_id, forced, instructions, timeout).await
+        self.compact_with(
+            session_id,
+            instructions,
+            InstructionsFrom::Agent,
+            overrides,
+            timeout,
+        )
+        .await
     }
 
-    /// A request for `session_id` with `overrides` and `instructions`, with a new id.
-    async fn ask(
+    /// [`TurnClient::compact`], saying who wrote the instructions: an operator's are the
+    /// summary's focus, an agent's only a request about it (docs/protocol.md, "Forced
+    /// compactions").
+    pub async fn compact_with(
         &self,
         session_id: &str,
-        overrides: Overrides,
         instructions: Option<&str>,
+        from: InstructionsFrom,
+        overrides: Overrides,
         timeout: Duration,
     ) -> Decision {
         let request = Request {
-            session_id: session_id.to_owned(),
-            request_id: Some(new_request_id()),
-            overrides,
+            overrides: Overrides {
+                force: true,
+                ..overrides
+            },
             instructions: instructions.map(str::to_owned),
+            instructions_from: from,
+            ..new_request(session_id)
+        };
+        self.send(&request.encode(), timeout).await
+    }
+
+    /// A request for `session_id` with `overrides`, with a new id.
+    async fn ask(&self, session_id: &str, overrides: Overrides, timeout: Duration) -> Decision {
+        let request = Request {
+            overrides,
+            ..new_request(session_id)
         };
         self.send(&request.encode(), timeout).await
     }
@@ -141,6 +160,15 @@ impl TurnClient {
                 Err(e) => Decision::Unavailable(format!("unreadable reply: {e}")),
             },
         }
+    }
+}
+
+/// A plain request for `session_id`, with a new id.
+fn new_request(session_id: &str) -> Request {
+    Request {
+        session_id: session_id.to_owned(),
+        request_id: Some(new_request_id()),
+        ..Request::default()
     }
 }
 

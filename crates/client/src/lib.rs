@@ -26,7 +26,7 @@ use std::hash::{BuildHasher, Hasher};
 pub use client::{Decision, TurnClient};
 pub use jobs::{JobPublisher, Published, job_subject};
 pub use outcome::{Compaction, Outcome, Reason, Status};
-pub use protocol::{InvalidRequest, Overrides, Reply, Request};
+pub use protocol::{InstructionsFrom, InvalidRequest, Overrides, Reply, Request};
 pub use recall::{RecallClient, RecallError, RecallReply, RecallRequest, Recalled, Wanted};
 
 /// A request id for the logs: 8 hex digits, random enough to tell events apart.

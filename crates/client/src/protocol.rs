@@ -1,8 +1,11 @@
 //! The wire contract (docs/protocol.md): the turn-starting request and its reply, as
 //! JSON. Agents in any language depend on these shapes; fields are only ever added.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::outcome::{Outcome, Reason, Status};
 
@@ -26,6 +29,44 @@ pub struct Request {
     /// [`MAX_INSTRUCTIONS_CHARS`] chars, no control characters but newlines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// Who wrote `instructions`: the agent's own model (the default, since it is the
+    /// lesser authority), or the operator.
+    #[serde(default, skip_serializing_if = "InstructionsFrom::is_agent")]
+    pub instructions_from: InstructionsFrom,
+}
+
+/// Who wrote a request's `instructions` (docs/protocol.md, "Forced compactions"). The
+/// summarizer's prompt presents an operator's as the operator's focus, and an agent's as
+/// the agent's request about focus: its model may have been steered by text in a tool
+/// output, so it never has the authority to drop facts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstructionsFrom {
+    /// The agent's own model: `compact_tool`, or a request that does not say.
+    #[default]
+    Agent,
+    /// A person running the deployment: the CLI's `summarizer compact`, `client.compact`.
+    Operator,
+}
+
+impl InstructionsFrom {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Agent => "agent",
+            Self::Operator => "operator",
+        }
+    }
+
+    fn is_agent(&self) -> bool {
+        *self == Self::Agent
+    }
+}
+
+/// A request's `instructions` with who wrote them: what the summarizer is given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Instructions {
+    pub text: String,
+    pub from: InstructionsFrom,
 }
 
 /// A longer `instructions` is rejected.
@@ -83,7 +124,8 @@ impl Request {
     /// `tool_output_clearing` or `force` that is not a boolean, a `threshold_tokens` that
     /// is not a positive integer up to [`MAX_TOKENS`], a `context_tokens` that is not an
     /// integer from 0 to it, an `instructions` that is not a string, is longer than
-    /// [`MAX_INSTRUCTIONS_CHARS`] or holds a control character other than a newline.
+    /// [`MAX_INSTRUCTIONS_CHARS`] or holds a control character other than a newline, an
+    /// `instructions_from` other than `"agent"` or `"operator"`.
     pub fn decode(payload: &[u8]) -> Result<Self, InvalidRequest> {
         let invalid = |msg: String| Err(InvalidRequest(msg));
         if payload.len() > MAX_REQUEST_BYTES {
@@ -92,24 +134,18 @@ impl Request {
                 payload.len()
             ));
         }
-        let value: Value = match serde_json::from_slice(payload) {
-            Ok(value) => value,
-            Err(e) => return invalid(format!("request is not valid JSON: {e}")),
-        };
-        let Value::Object(fields) = value else {
-            return invalid("request must be a JSON object".to_owned());
-        };
+        let fields = Fields::parse(payload)?;
         let session_id = match fields.get("session_id") {
-            Some(Value::String(id)) => id,
-            None | Some(Value::Null) => return invalid("session_id is required".to_owned()),
+            Some(Ok(Value::String(id))) => id,
+            None | Some(Ok(Value::Null)) => return invalid("session_id is required".to_owned()),
             Some(_) => return invalid("session_id must be a string".to_owned()),
         };
-        check_id("session_id", session_id, MAX_SESSION_ID_BYTES)?;
+        check_id("session_id", &session_id, MAX_SESSION_ID_BYTES)?;
         let request_id = match fields.get("request_id") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(id)) => {
-                check_id("request_id", id, MAX_REQUEST_ID_BYTES)?;
-                Some(id.clone())
+            None | Some(Ok(Value::Null)) => None,
+            Some(Ok(Value::String(id))) => {
+                check_id("request_id", &id, MAX_REQUEST_ID_BYTES)?;
+                Some(id)
             }
             Some(_) => return invalid("request_id must be a string".to_owned()),
         };
@@ -122,10 +158,19 @@ impl Request {
             context_tokens: tokens(&fields, "context_tokens", 0)?,
         };
         Ok(Self {
-            session_id: session_id.clone(),
+            session_id,
             request_id,
             overrides,
             instructions: instructions(&fields)?,
+            instructions_from: instructions_from(&fields)?,
+        })
+    }
+
+    /// The request's instructions, if it gave any, with who wrote them.
+    pub fn focus(&self) -> Option<Instructions> {
+        self.instructions.as_ref().map(|text| Instructions {
+            text: text.clone(),
+            from: self.instructions_from,
         })
     }
 
@@ -135,39 +180,79 @@ impl Request {
     }
 }
 
+/// A request's fields as written. Each is parsed by its own reader, so that a number no
+/// float can hold (a size of 400 digits) fails only the field that cannot take it, and
+/// an unknown field is never parsed past its syntax.
+struct Fields<'a>(HashMap<String, &'a RawValue>);
+
+impl<'a> Fields<'a> {
+    fn parse(payload: &'a [u8]) -> Result<Self, InvalidRequest> {
+        match serde_json::from_slice(payload) {
+            Ok(fields) => Ok(Self(fields)),
+            // Valid JSON, just not an object.
+            Err(_) if serde_json::from_slice::<&RawValue>(payload).is_ok() => {
+                Err(InvalidRequest("request must be a JSON object".to_owned()))
+            }
+            Err(e) => Err(InvalidRequest(format!("request is not valid JSON: {e}"))),
+        }
+    }
+
+    /// The field's value; `Err` when it is a number beyond what a float holds. Of a key
+    /// written twice, the last (as serde_json's own maps keep it).
+    fn get(&self, field: &str) -> Option<Result<Value, serde_json::Error>> {
+        (self.0.get(field)).map(|raw| serde_json::from_str(raw.get()))
+    }
+
+    /// The field's text as written.
+    fn raw(&self, field: &str) -> Option<&str> {
+        self.0.get(field).map(|raw| raw.get())
+    }
+}
+
 /// An optional size in chars: absent or null, or a positive integer. One too large for
-/// an `i64` reads as `i64::MAX`: the worker clamps it to its bound anyway.
-fn size(
-    fields: &serde_json::Map<String, Value>,
-    field: &str,
-) -> Result<Option<i64>, InvalidRequest> {
-    let invalid = || {
+/// an `i64` reads as `i64::MAX`, however many digits it has: the worker clamps it to its
+/// bound anyway. Only an integer as written counts (`5000`, not `5000.0` or `5e3`).
+fn size(fields: &Fields<'_>, field: &str) -> Result<Option<i64>, InvalidRequest> {
+    let large = match fields.get(field) {
+        None | Some(Ok(Value::Null)) => return Ok(None),
+        Some(Ok(Value::Number(n))) => match n.as_i64() {
+            Some(n) if n > 0 => return Ok(Some(n)),
+            Some(_) => false,
+            // Past i64: a u64, or a float past u64 (which may have been written as an
+            // integer, or not: the text says).
+            None => positive_digits(fields.raw(field)),
+        },
+        // A number no float holds.
+        Some(Err(_)) => positive_digits(fields.raw(field)),
+        Some(Ok(_)) => false,
+    };
+    if large {
+        Ok(Some(i64::MAX))
+    } else {
         Err(InvalidRequest(format!(
             "{field} must be a positive integer (a number of chars)"
         )))
-    };
-    match fields.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
-            (Some(n), _) if n > 0 => Ok(Some(n)),
-            (None, Some(_)) => Ok(Some(i64::MAX)),
-            _ => invalid(),
-        },
-        Some(_) => invalid(),
     }
+}
+
+/// Whether `raw` is a positive integer written in digits alone, however many.
+fn positive_digits(raw: Option<&str>) -> bool {
+    raw.is_some_and(|text| {
+        !text.is_empty()
+            && text.bytes().all(|b| b.is_ascii_digit())
+            && text.bytes().any(|b| b != b'0')
+    })
 }
 
 /// An optional count of tokens: absent or null, or an integer from `min` to
 /// [`MAX_TOKENS`]. Unlike a size in chars, a number past the bound is rejected, not
 /// clamped: a token count is what a model reported, and one that large is a bug.
-fn tokens(
-    fields: &serde_json::Map<String, Value>,
-    field: &str,
-    min: i64,
-) -> Result<Option<i64>, InvalidRequest> {
+fn tokens(fields: &Fields<'_>, field: &str, min: i64) -> Result<Option<i64>, InvalidRequest> {
     match fields.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) if n.as_i64().is_some_and(|n| (min..=MAX_TOKENS).contains(&n)) => {
+        None | Some(Ok(Value::Null)) => Ok(None),
+        Some(Ok(Value::Number(n)))
+            if n.as_i64().is_some_and(|n| (min..=MAX_TOKENS).contains(&n)) =>
+        {
             Ok(n.as_i64())
         }
         Some(_) => Err(InvalidRequest(format!(
@@ -179,10 +264,10 @@ fn tokens(
 /// The optional `instructions`: absent, null, or a string of at most
 /// [`MAX_INSTRUCTIONS_CHARS`] chars with no control character but a newline. Blank
 /// instructions are none.
-fn instructions(fields: &serde_json::Map<String, Value>) -> Result<Option<String>, InvalidRequest> {
+fn instructions(fields: &Fields<'_>) -> Result<Option<String>, InvalidRequest> {
     let text = match fields.get("instructions") {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::String(text)) => text,
+        None | Some(Ok(Value::Null)) => return Ok(None),
+        Some(Ok(Value::String(text))) => text,
         Some(_) => return Err(InvalidRequest("instructions must be a string".to_owned())),
     };
     let chars = text.chars().count();
@@ -196,17 +281,26 @@ fn instructions(fields: &serde_json::Map<String, Value>) -> Result<Option<String
             "instructions must not contain control characters other than newlines".to_owned(),
         ));
     }
-    Ok((!text.trim().is_empty()).then(|| text.clone()))
+    Ok((!text.trim().is_empty()).then_some(text))
+}
+
+/// The optional `instructions_from`: absent or null (the agent), `"agent"` or `"operator"`.
+fn instructions_from(fields: &Fields<'_>) -> Result<InstructionsFrom, InvalidRequest> {
+    match fields.get("instructions_from") {
+        None | Some(Ok(Value::Null)) => Ok(InstructionsFrom::Agent),
+        Some(Ok(Value::String(from))) if from == "agent" => Ok(InstructionsFrom::Agent),
+        Some(Ok(Value::String(from))) if from == "operator" => Ok(InstructionsFrom::Operator),
+        Some(_) => Err(InvalidRequest(
+            "instructions_from must be \"agent\" or \"operator\"".to_owned(),
+        )),
+    }
 }
 
 /// An optional flag: absent or null, or a JSON boolean (not `"true"`, not `1`).
-fn flag(
-    fields: &serde_json::Map<String, Value>,
-    field: &str,
-) -> Result<Option<bool>, InvalidRequest> {
+fn flag(fields: &Fields<'_>, field: &str) -> Result<Option<bool>, InvalidRequest> {
     match fields.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
+        None | Some(Ok(Value::Null)) => Ok(None),
+        Some(Ok(Value::Bool(b))) => Ok(Some(b)),
         Some(_) => Err(InvalidRequest(format!(
             "{field} must be a boolean (true or false)"
         ))),
@@ -345,6 +439,7 @@ mod tests {
                 request_id: Some("ab12".into()),
                 overrides: Overrides::default(),
                 instructions: None,
+                instructions_from: InstructionsFrom::Agent,
             }
         );
         let r = Request::decode("{\"session_id\":\"🦀 séance\"}".as_bytes()).unwrap();
@@ -393,6 +488,78 @@ mod tests {
             br#"{"session_id":"s","threshold_chars":1e3}"#,
             "threshold_chars must be a positive integer",
         );
+    }
+
+    #[test]
+    fn a_size_past_two_to_the_64_is_clamped_not_rejected() {
+        for huge in [
+            "18446744073709551616",
+            "99999999999999999999999999999999999999999999999999999999999999",
+            &"9".repeat(400),
+        ] {
+            let payload = format!(r#"{{"session_id":"s","threshold_chars":{huge}}}"#);
+            let r = Request::decode(payload.as_bytes()).unwrap_or_else(|e| panic!("{huge}: {e}"));
+            assert_eq!(r.overrides.threshold_chars, Some(i64::MAX), "{huge}");
+        }
+        // A float, an exponent or a negative number that large is still not a size.
+        for bad in [
+            "18446744073709551616.0",
+            "1.8446744073709552e19",
+            "1e400",
+            "-18446744073709551616",
+        ] {
+            let payload = format!(r#"{{"session_id":"s","keep_chars":{bad}}}"#);
+            rejects(payload.as_bytes(), "keep_chars must be a positive integer");
+        }
+        // The field read is the one the parse kept: the last of duplicated keys.
+        let twice = br#"{"session_id":"s","keep_chars":1.5,"keep_chars":18446744073709551616}"#;
+        assert_eq!(
+            Request::decode(twice).unwrap().overrides.keep_chars,
+            Some(i64::MAX)
+        );
+        // An unknown field is ignored whatever number it holds.
+        assert!(Request::decode(br#"{"session_id":"s","future":1e400}"#).is_ok());
+        let escaped = br#"{"session_id":"s","keep\u005fchars":18446744073709551616}"#;
+        assert_eq!(
+            Request::decode(escaped).unwrap().overrides.keep_chars,
+            Some(i64::MAX)
+        );
+    }
+
+    #[test]
+    fn instructions_from_is_the_agent_unless_it_says_the_operator() {
+        for (payload, expected) in [
+            (r#"{"session_id":"s"}"#, InstructionsFrom::Agent),
+            (
+                r#"{"session_id":"s","instructions_from":null}"#,
+                InstructionsFrom::Agent,
+            ),
+            (
+                r#"{"session_id":"s","instructions_from":"agent"}"#,
+                InstructionsFrom::Agent,
+            ),
+            (
+                r#"{"session_id":"s","instructions_from":"operator"}"#,
+                InstructionsFrom::Operator,
+            ),
+        ] {
+            let r = Request::decode(payload.as_bytes()).unwrap();
+            assert_eq!(r.instructions_from, expected, "{payload}");
+        }
+        for bad in [
+            r#""Operator""#,
+            r#""admin""#,
+            r#""""#,
+            "true",
+            "1",
+            r#"["operator"]"#,
+        ] {
+            let payload = format!(r#"{{"session_id":"s","instructions_from":{bad}}}"#);
+            rejects(
+                payload.as_bytes(),
+                r#"instructions_from must be "agent" or "operator""#,
+            );
+        }
     }
 
     #[test]
@@ -512,8 +679,17 @@ mod tests {
                 context_tokens: Some(0),
             },
             instructions: Some("Focus on the pool.\nKeep the ticket.".into()),
+            instructions_from: InstructionsFrom::Operator,
         };
         assert_eq!(Request::decode(&request.encode()).unwrap(), request);
+        let from_agent = Request {
+            instructions_from: InstructionsFrom::Agent,
+            ..request.clone()
+        };
+        assert!(
+            !String::from_utf8_lossy(&from_agent.encode()).contains("instructions_from"),
+            "the default goes unsaid"
+        );
         let plain = Request {
             session_id: "s".into(),
             ..Request::default()
