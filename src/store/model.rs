@@ -58,6 +58,12 @@ pub enum CommitError {
     /// edited, even to text of the same length, or inserted with an old seq).
     #[error("the planned prefix changed during summarization")]
     PrefixChanged,
+    /// An agent's statement holds a row the commit would change (an edit, a pin, a
+    /// delete in progress): the commit gives way rather than wait for it, since that
+    /// statement waits for the session's row the commit holds (docs/protocol.md,
+    /// "Concurrent writes").
+    #[error("an agent is writing a message the compaction would change")]
+    RowBusy,
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -46,3 +46,4 @@ mod secrets;
 mod settings;
 mod skips;
 mod store;
+mod storm;

@@ -158,7 +158,8 @@ impl PgStore {
     }
 
     /// Replaces the planned prefix with the summary, in one transaction: fences on the
-    /// lease, archives and deletes the prefix (checking it is exactly as planned), inserts
+    /// lease and locks the rows it changes (`fence_and_lock`: without waiting for an
+    /// agent's statement), archives and deletes the prefix (checking it is exactly as planned), inserts
     /// the summary in its place and the usage event, clears the planned tool results in
     /// place (archiving their originals, checking they are as planned), drops the
     /// session's pending summary (which the compaction made stale), and releases the
@@ -166,29 +167,30 @@ impl PgStore {
     ///
     /// # Errors
     /// [`CommitError::LeaseLost`] or [`CommitError::PrefixChanged`] when writing would be
-    /// wrong, [`CommitError::Store`] when the database fails; nothing is written in any case.
+    /// wrong, [`CommitError::RowBusy`] when an agent is writing a row it would change,
+    /// [`CommitError::Store`] when the database fails; nothing is written in any case.
     pub async fn commit(&self, summary: &NewSummary<'_>) -> Result<Committed, CommitError> {
         let mut tx = self.pool.begin().await?;
+        // A clearing alone removes nothing: no seq is below the smallest.
+        let cut_seq = if summary.summarized {
+            summary.cut_seq
+        } else {
+            i64::MIN
+        };
+        if !fence_and_lock(&mut tx, summary, cut_seq).await? {
+            return Err(CommitError::LeaseLost);
+        }
         let metadata = summary.event_metadata();
-        // One statement: the fence (which also locks the session row first, so appends,
-        // whose trigger updates it, queue behind this transaction instead of deadlocking
-        // with it), then, only if the lease is still ours, the usage event and the
-        // archived, deleted prefix.
+        // The usage event and the archived, deleted prefix, whose rows are locked.
         let archived = sqlx::query(concat!(
-            "WITH fence AS (
-                 UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
-                     failures = 0, retry_at = NULL
-                 WHERE session_id = $1 AND lease_owner = $7
-                 RETURNING session_id
-             ), event AS (
+            "WITH event AS (
                  INSERT INTO usage_events
                      (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
-                 SELECT $1, $3, $4, $5, $4 + $5, $6 FROM fence
+                 VALUES ($1, $3, $4, $5, $4 + $5, $6)
                  RETURNING id
              ), removed AS (
                  DELETE FROM messages
-                 WHERE session_id = $1 AND seq < $2 AND role <> 'system'
-                   AND seq <> ALL ($8) AND EXISTS (SELECT 1 FROM fence)
+                 WHERE session_id = $1 AND seq < $2 AND role <> 'system' AND seq <> ALL ($7)
                  RETURNING *, ",
             fingerprint_sql!(),
             " AS fingerprint
@@ -201,12 +203,10 @@ impl PgStore {
             "
                  FROM removed
              ), superseded AS (
-                 DELETE FROM pending_summaries
-                 WHERE session_id = $1 AND EXISTS (SELECT 1 FROM fence)
+                 DELETE FROM pending_summaries WHERE session_id = $1
                  RETURNING 1
              )
-             SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
-                    EXISTS (SELECT 1 FROM superseded) AS superseded,
+             SELECT EXISTS (SELECT 1 FROM superseded) AS superseded,
                     (SELECT id FROM event) AS id,
                     coalesce(array_agg(seq ORDER BY seq), '{}') AS seqs,
                     coalesce(array_agg(chars::bigint ORDER BY seq), '{}') AS chars,
@@ -214,24 +214,15 @@ impl PgStore {
              FROM removed"
         ))
         .bind(summary.session_id)
-        // A clearing alone removes nothing: no seq is below the smallest.
-        .bind(if summary.summarized {
-            summary.cut_seq
-        } else {
-            i64::MIN
-        })
+        .bind(cut_seq)
         .bind(summary.model)
         .bind(summary.prompt_tokens)
         .bind(summary.completion_tokens)
         .bind(&metadata)
-        .bind(summary.lease_owner)
         // The pinned messages before the cut, and their partners, stay where they are.
         .bind(summary.kept_seqs)
         .fetch_one(&mut *tx)
         .await?;
-        if !archived.try_get::<bool, _>("fenced")? {
-            return Err(CommitError::LeaseLost);
-        }
         let seqs: Vec<i64> = archived.try_get("seqs")?;
         let chars: Vec<i64> = archived.try_get("chars")?;
         let fingerprints: Vec<String> = archived.try_get("fingerprints")?;
@@ -290,6 +281,62 @@ impl PgStore {
             superseded: archived.try_get("superseded")?,
         })
     }
+}
+
+/// The commit's first step: takes the session's row if the lease is still ours (giving
+/// the lease up with it, should the transaction commit), then locks every message row the
+/// commit will delete or clear, without waiting. `false` when the lease is lost.
+///
+/// The order is what keeps an agent's writes and a commit from deadlocking. An agent's
+/// UPDATE or DELETE of a message locks that row, then its counters' trigger waits for the
+/// session's row. So the commit waits only for the session's row, while it holds nothing
+/// (appends and edits queue behind it, or it behind them), and never for a message row
+/// once it holds the session's: one that an agent holds makes it give way,
+/// [`CommitError::RowBusy`], which the worker answers `skipped/conflict`. The agent's
+/// statement then goes through, as docs/protocol.md promises ("Concurrent writes").
+async fn fence_and_lock(
+    tx: &mut sqlx::PgConnection,
+    summary: &NewSummary<'_>,
+    cut_seq: i64,
+) -> Result<bool, CommitError> {
+    let fenced = sqlx::query(
+        "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+             failures = 0, retry_at = NULL
+         WHERE session_id = $1 AND lease_owner = $2",
+    )
+    .bind(summary.session_id)
+    .bind(summary.lease_owner)
+    .execute(&mut *tx)
+    .await?;
+    if fenced.rows_affected() == 0 {
+        return Ok(false);
+    }
+    let cleared: Vec<i64> = summary.cleared.iter().map(|c| c.seq).collect();
+    let locked = sqlx::query(
+        "SELECT 1 FROM messages
+         WHERE session_id = $1
+           AND ((seq < $2 AND role <> 'system' AND seq <> ALL ($3)) OR seq = ANY ($4))
+         FOR UPDATE NOWAIT",
+    )
+    .bind(summary.session_id)
+    .bind(cut_seq)
+    .bind(summary.kept_seqs)
+    .bind(&cleared)
+    .execute(&mut *tx)
+    .await;
+    match locked {
+        Ok(_) => Ok(true),
+        Err(e) if is_lock_not_available(&e) => Err(CommitError::RowBusy),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Postgres's `lock_not_available` (55P03): a `NOWAIT` lock found the row held.
+pub(super) fn is_lock_not_available(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "55P03")
 }
 
 /// Replaces the content of the tool results `summary` clears with their placeholders,
