@@ -75,6 +75,9 @@ enum Command {
         /// The oldest compaction to undo (with every newer one).
         #[arg(long)]
         compaction: Option<i64>,
+        /// Print what was restored, and what was not and why, as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Delete archived messages older than a duration (`30d`, `12h`); their compactions
     /// can no longer be restored.
@@ -300,12 +303,27 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
         Command::Restore {
             session_id,
             compaction,
+            json,
         } => {
             let restored = store(&settings)?.restore(&session_id, compaction).await?;
-            println!(
-                "restored compactions {:?} of {session_id:?}: {} messages back, summaries removed",
-                restored.compactions, restored.messages_restored
-            );
+            if json {
+                println!("{}", serde_json::to_string_pretty(&restored)?);
+            } else {
+                println!(
+                    "restored compactions {:?} of {session_id:?}: {} messages back, summaries removed",
+                    restored.compactions, restored.messages_restored
+                );
+                for kept in &restored.not_restored {
+                    println!(
+                        "not restored: seq {} of compaction {}: {}; its original stays \
+                         archived (recall --seq {} reads it)",
+                        kept.seq,
+                        kept.compaction_id,
+                        kept.reason.explain(),
+                        kept.seq
+                    );
+                }
+            }
         }
         Command::PruneArchive {
             older_than,

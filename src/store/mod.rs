@@ -37,9 +37,9 @@ pub mod sqlite;
 pub use batch::CounterReader;
 pub use model::{
     Applied, ClearedRow, CommitError, Committed, CompactionView, CountedAt, CounterDrift, Counters,
-    Day, DeadLetter, Discard, Finding, Invariant, Loaded, NewDeadLetter, NewSummary, Pruned,
-    RecallQuery, RestoreError, Restored, Saved, SessionCounts, SessionView, SettingsError, Stats,
-    StatsReport, StoreError, Totals, is_unreachable,
+    Day, DeadLetter, Discard, Finding, Invariant, Loaded, NewDeadLetter, NewSummary, NotRestored,
+    NotRestoredReason, Pruned, RecallQuery, RestoreError, Restored, Saved, SessionCounts,
+    SessionView, SettingsError, Stats, StatsReport, StoreError, Totals, is_unreachable,
 };
 pub use postgres::{PgStore, RecallBudget};
 pub use sqlite::SqliteStore;

@@ -595,6 +595,10 @@ pub enum RestoreError {
     /// The summary a compaction wrote is not where it left it (edited or deleted by hand).
     #[error("compaction {0}: its summary is no longer in the history; restore it by hand")]
     SummaryMissing(i64),
+    /// An agent's statement holds a row the restore would change (Postgres): the restore
+    /// gives way rather than wait for it (docs/protocol.md, "Concurrent writes").
+    #[error("an agent is writing to the session; nothing was restored, try again")]
+    Busy,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -605,12 +609,52 @@ impl From<sqlx::Error> for RestoreError {
     }
 }
 
-/// What a restore put back.
+/// What a restore put back, and what it left archived.
 #[derive(Clone, Debug, Serialize)]
 pub struct Restored {
     /// Newest first, the order they were undone in.
     pub compactions: Vec<i64>,
     pub messages_restored: i64,
+    /// Cleared originals a restore does not write back, oldest first per compaction: they
+    /// stay archived (recall reaches them), and the row keeps what the agent made of it.
+    pub not_restored: Vec<NotRestored>,
+}
+
+/// A cleared tool result's original that a restore left archived, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct NotRestored {
+    pub compaction_id: i64,
+    pub seq: i64,
+    pub reason: NotRestoredReason,
+}
+
+/// Why a cleared original stays archived through a restore.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotRestoredReason {
+    /// Its row was deleted since it was cleared (the agent removed the exchange).
+    Deleted,
+    /// Its row's text is no longer the placeholder: the agent's edit wins.
+    Edited,
+}
+
+impl NotRestoredReason {
+    /// The reason as [`crate::store::sql::UNRESTORABLE_CLEARED`] names it.
+    pub fn from_sql(why: &str) -> Self {
+        if why == "deleted" {
+            Self::Deleted
+        } else {
+            Self::Edited
+        }
+    }
+
+    /// What the CLI says of a row left archived for this reason.
+    pub fn explain(self) -> &'static str {
+        match self {
+            Self::Deleted => "its row was deleted since it was cleared",
+            Self::Edited => "its row was edited since it was cleared; the edit stays",
+        }
+    }
 }
 
 /// A session as an operator sees it.

@@ -110,13 +110,64 @@ macro_rules! message_columns_sql {
     };
 }
 
+/// Whether compaction `c` of the archive (a column or a placeholder) is in force: not
+/// restored. A restore leaves archived what it could not put back (a cleared original
+/// whose row was deleted or edited since): those rows belong to a restored compaction.
+macro_rules! in_force_sql {
+    ($c:literal) => {
+        concat!(
+            "NOT EXISTS (SELECT 1 FROM usage_events AS u WHERE u.id = ",
+            $c,
+            " AND u.metadata ->> 'restored_at' IS NOT NULL)"
+        )
+    };
+}
+
 /// The compactions of session `$1` that a restore from `$2` undoes (default: the newest
 /// only), newest first.
-pub const RESTORABLE_COMPACTIONS: &str = "SELECT DISTINCT compaction_id FROM archived_messages
-     WHERE session_id = $1
+pub const RESTORABLE_COMPACTIONS: &str = concat!(
+    "SELECT DISTINCT compaction_id FROM archived_messages
+     WHERE session_id = $1 AND ",
+    in_force_sql!("compaction_id"),
+    "
        AND compaction_id >= coalesce($2,
-           (SELECT max(compaction_id) FROM archived_messages WHERE session_id = $1))
-     ORDER BY compaction_id DESC";
+           (SELECT max(compaction_id) FROM archived_messages AS a
+            WHERE a.session_id = $1 AND ",
+    in_force_sql!("a.compaction_id"),
+    "))
+     ORDER BY compaction_id DESC"
+);
+
+/// The cleared originals of compaction `$1` that a restore cannot write back, by seq,
+/// with why: their row was deleted since (`deleted`), or no longer holds the compaction's
+/// placeholder (`edited`: an edit of its text makes a row the agent's again, its
+/// `cleared_by` NULL). They stay archived, where recall reaches them.
+pub const UNRESTORABLE_CLEARED: &str = "SELECT a.seq,
+            CASE WHEN m.seq IS NULL THEN 'deleted' ELSE 'edited' END AS why
+     FROM archived_messages AS a
+     LEFT JOIN messages AS m ON m.session_id = a.session_id AND m.seq = a.seq
+     WHERE a.compaction_id = $1 AND a.cleared
+       AND (m.seq IS NULL OR m.cleared_by IS DISTINCT FROM a.compaction_id)
+     ORDER BY a.seq";
+
+/// Writes compaction `$1`'s cleared originals back into the rows that still hold its
+/// placeholder, and no other: text a restore did not write is never overwritten.
+pub const UNCLEAR: &str = "UPDATE messages
+     SET content = a.content, extra = a.extra, cleared_by = a.cleared_by
+     FROM archived_messages AS a
+     WHERE a.compaction_id = $1 AND a.cleared AND messages.cleared_by = $1
+       AND messages.session_id = a.session_id AND messages.seq = a.seq";
+
+/// Deletes compaction `$1`'s cleared originals that are back in their rows ([`UNCLEAR`]);
+/// the others stay archived.
+pub const DELETE_UNCLEARED: &str = "DELETE FROM archived_messages
+     WHERE compaction_id = $1 AND cleared
+       AND EXISTS (
+           SELECT 1 FROM messages AS m
+           WHERE m.session_id = archived_messages.session_id
+             AND m.seq = archived_messages.seq
+             AND m.content IS NOT DISTINCT FROM archived_messages.content
+             AND m.cleared_by IS NOT DISTINCT FROM archived_messages.cleared_by)";
 
 /// Deletes the summary compaction `$2` wrote into session `$1`: it took the seq of the
 /// first message it removed (a clearing alone removed none, and wrote none).
@@ -131,10 +182,14 @@ pub const COMPACTION_REMOVED: &str =
 
 /// After a restore, records as session `$1`'s compaction in force the newest one not
 /// undone (or none): clients compare it with the one their state reflects and reload.
-pub const LAST_COMPACTION_IN_FORCE: &str = "UPDATE sessions SET last_compaction_id = (
-         SELECT max(compaction_id) FROM archived_messages WHERE session_id = $1
+pub const LAST_COMPACTION_IN_FORCE: &str = concat!(
+    "UPDATE sessions SET last_compaction_id = (
+         SELECT max(compaction_id) FROM archived_messages WHERE session_id = $1 AND ",
+    in_force_sql!("compaction_id"),
+    "
      )
-     WHERE session_id = $1";
+     WHERE session_id = $1"
+);
 
 /// Compactions by reason of failure, from the daily rollup, as `(reason, count)`.
 pub const FAILURES_BY_REASON: &str =

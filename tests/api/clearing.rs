@@ -489,3 +489,145 @@ async fn a_cleared_row_without_its_original_is_found_by_the_check() {
     let names: Vec<&str> = report.breaches.iter().map(|b| b.invariant).collect();
     assert!(names.contains(&"cleared_without_original"), "{report:?}");
 }
+
+/// `summarizer restore` on this test's database, as an operator runs it.
+fn restore_command(app: &TestApp, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_summarizer"))
+        .arg("restore")
+        .args(args)
+        .env("DATABASE_URL", &app.database_url)
+        .output()
+        .unwrap()
+}
+
+/// A clearing archived three originals; the agent then deleted one cleared exchange (the
+/// call and its result: what the Python client does for a `RemoveMessage`). A restore
+/// puts the other two back and leaves the third archived, saying so: it never deletes
+/// an archived original it did not write back.
+#[tokio::test]
+async fn a_restore_keeps_archived_the_original_of_an_exchange_the_agent_deleted() {
+    let app = spawn_app_with(&CLEARING).await;
+    one_long_turn(&app, "s").await;
+    let before = app.messages("s").await;
+    let reply = app.turn_starting("s").await;
+    assert_eq!(reply.reason, Reason::Cleared, "{reply:?}");
+    let compaction = reply.compaction_id.unwrap();
+    let result = tool_rows(&before)[1].clone();
+    let deleted = app
+        .db
+        .query("DELETE FROM messages WHERE session_id = 's' AND (seq = $1 OR seq = $2)")
+        .bind(result.seq - 1)
+        .bind(result.seq)
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(deleted, 2, "the call and its result");
+
+    let out = restore_command(&app, &["s", "--json"]);
+
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let restored: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(restored["messages_restored"], 2, "{restored}");
+    assert_eq!(
+        restored["not_restored"],
+        json!([{"compaction_id": compaction, "seq": result.seq, "reason": "deleted"}])
+    );
+    // The other two originals are back in place; the third is still archived, whole,
+    // and recall reads it.
+    let expected: Vec<Stored> = (before.iter())
+        .filter(|m| m.seq != result.seq && m.seq != result.seq - 1)
+        .cloned()
+        .collect();
+    assert_eq!(app.messages("s").await, expected);
+    assert_eq!(app.archived("s").await, vec![result.clone()]);
+    let fetched = app
+        .recall
+        .fetch("s", &[result.seq], Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(fetched[0].content, result.content.clone().unwrap());
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+    // The compaction is undone: nothing more to restore, none in force.
+    let again = restore_command(&app, &["s"]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("nothing to restore"));
+    let in_force: Option<i64> = app
+        .db
+        .query("SELECT last_compaction_id FROM sessions WHERE session_id = 's'")
+        .scalar()
+        .await
+        .unwrap();
+    assert_eq!(in_force, None);
+}
+
+/// An agent edited a cleared row's placeholder (plain SQL here; the Python client's
+/// mirror of an edit in place does the same). A restore leaves the agent's text in the
+/// row and the original in the archive, where recall finds it: it never writes over text
+/// it did not write, and the text plain output says why.
+#[tokio::test]
+async fn a_restore_never_writes_the_original_over_an_agents_edit_of_a_placeholder() {
+    let app = spawn_app_with(&CLEARING).await;
+    one_long_turn(&app, "s").await;
+    let before = app.messages("s").await;
+    let reply = app.turn_starting("s").await;
+    assert_eq!(reply.reason, Reason::Cleared, "{reply:?}");
+    let original = tool_rows(&before)[0].clone();
+    let note = "agent's note: OUT-0 said the pool was exhausted at 14:02:11";
+    app.db
+        .query("UPDATE messages SET content = $1 WHERE session_id = 's' AND seq = $2")
+        .bind(note)
+        .bind(original.seq)
+        .execute()
+        .await
+        .unwrap();
+    // Pinning a cleared row does not make it the agent's: its text is still the placeholder.
+    let pinned = tool_rows(&before)[1].seq;
+    app.db
+        .query("UPDATE messages SET pinned = true WHERE session_id = 's' AND seq = $1")
+        .bind(pinned)
+        .execute()
+        .await
+        .unwrap();
+
+    let out = restore_command(&app, &["s"]);
+
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("2 messages back"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "not restored: seq {} of compaction {}: its row was edited since it was cleared",
+            original.seq,
+            reply.compaction_id.unwrap()
+        )),
+        "{text}"
+    );
+    let after = app.messages("s").await;
+    let row = after.iter().find(|m| m.seq == original.seq).unwrap();
+    assert_eq!(row.content.as_deref(), Some(note), "the agent's edit stays");
+    let back = after.iter().find(|m| m.seq == pinned).unwrap();
+    assert_eq!(
+        back.content,
+        tool_rows(&before)[1].content,
+        "the pinned one is back"
+    );
+    assert_eq!(app.archived("s").await, vec![original.clone()]);
+    let found = app
+        .recall
+        .search("s", "OUT-0", 5, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(Some(found[0].content.clone()), original.content);
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+}

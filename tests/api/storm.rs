@@ -392,3 +392,35 @@ async fn pending_summaries(app: &crate::helpers::TestApp) -> i64 {
         .await
         .unwrap()
 }
+
+/// `summarizer restore` gives way too: it says an agent is writing and writes nothing,
+/// instead of waiting on the agent's row while holding the session's.
+#[tokio::test]
+async fn a_restore_gives_way_to_an_agent_holding_a_row_it_would_change() {
+    postgres_only!("row locks: SQLite has one writer at a time, and nothing to wait on");
+    let app = spawn_app_with(&[]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append_turns("s", 5).await;
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    let compacted = app.messages("s").await;
+    let summary = compacted.iter().find(|m| m.is_summary).unwrap().seq;
+    let TestDb::Postgres(pool) = &app.db else {
+        unreachable!("postgres_only");
+    };
+    let mut agent = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM messages WHERE session_id = 's' AND seq = $1 FOR UPDATE")
+        .bind(summary)
+        .execute(&mut *agent)
+        .await
+        .unwrap();
+
+    let busy = app.store.restore("s", None).await;
+
+    assert!(
+        matches!(busy, Err(summarizer::store::RestoreError::Busy)),
+        "{busy:?}"
+    );
+    agent.rollback().await.unwrap();
+    assert_eq!(app.messages("s").await, compacted, "nothing written");
+    assert!(app.store.restore("s", None).await.is_ok());
+}

@@ -8,9 +8,12 @@ use sqlx::Row;
 use super::PgStore;
 use crate::store::model::{SessionRow, millis};
 use crate::store::sql::{
-    COMPACTION_REMOVED, DELETE_RESTORED_SUMMARY, LAST_COMPACTION_IN_FORCE, RESTORABLE_COMPACTIONS,
+    COMPACTION_REMOVED, DELETE_RESTORED_SUMMARY, DELETE_UNCLEARED, LAST_COMPACTION_IN_FORCE,
+    RESTORABLE_COMPACTIONS, UNCLEAR, UNRESTORABLE_CLEARED,
 };
-use crate::store::{Pruned, RestoreError, Restored, SessionView, StoreError};
+use crate::store::{
+    NotRestored, NotRestoredReason, Pruned, RestoreError, Restored, SessionView, StoreError,
+};
 
 /// `to_char` pattern for timestamps shown to operators (UTC, RFC 3339).
 const RFC3339: &str = "YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"";
@@ -61,11 +64,14 @@ impl PgStore {
 
     /// Undoes the session's compactions from `from` (default: the newest only) to the
     /// newest, newest first: each one's summary leaves the history and its archived
-    /// messages return to their seqs. One transaction; the usage events stay, marked
-    /// `restored_at`.
+    /// messages return to their seqs; a cleared tool result gets its original back
+    /// where its row still holds the placeholder. One transaction; the usage events
+    /// stay, marked `restored_at`. A cleared original whose row was deleted or edited
+    /// since stays archived, and is named in [`Restored::not_restored`].
     ///
     /// # Errors
-    /// [`RestoreError`] saying why nothing was written.
+    /// [`RestoreError`] saying why nothing was written: [`RestoreError::Busy`] when an
+    /// agent's statement holds a row it would change.
     pub async fn restore(
         &self,
         session_id: &str,
@@ -80,6 +86,21 @@ impl PgStore {
         if found.is_none() {
             return Err(RestoreError::UnknownSession(session_id.to_owned()));
         }
+        // Then the rows it may change (summaries, cleared rows), without waiting: an
+        // agent's statement holding one waits for the session's row, as the commit's
+        // `fence_and_lock` explains.
+        let locked = sqlx::query(
+            "SELECT 1 FROM messages
+             WHERE session_id = $1 AND (is_summary OR cleared_by IS NOT NULL)
+             FOR UPDATE NOWAIT",
+        )
+        .bind(session_id)
+        .execute(&mut *tx)
+        .await;
+        match locked {
+            Err(e) if super::commit::is_lock_not_available(&e) => return Err(RestoreError::Busy),
+            other => other?,
+        };
         let compactions: Vec<i64> = sqlx::query_scalar(RESTORABLE_COMPACTIONS)
             .bind(session_id)
             .bind(from)
@@ -89,6 +110,7 @@ impl PgStore {
             return Err(RestoreError::NothingToRestore(from));
         }
         let mut messages_restored = 0;
+        let mut not_restored = Vec::new();
         for &compaction in &compactions {
             // Its summary took the seq of the first message it removed; a clearing alone
             // removed none and wrote none.
@@ -120,20 +142,25 @@ impl PgStore {
             .bind(compaction)
             .execute(&mut *tx)
             .await?;
-            // A cleared row gets its original content back, in its place.
-            let uncleared = sqlx::query(
-                "WITH back AS (
-                     DELETE FROM archived_messages WHERE compaction_id = $1 AND cleared
-                     RETURNING *
-                 )
-                 UPDATE messages AS m
-                 SET content = b.content, extra = b.extra, cleared_by = b.cleared_by
-                 FROM back AS b
-                 WHERE m.session_id = b.session_id AND m.seq = b.seq",
-            )
-            .bind(compaction)
-            .execute(&mut *tx)
-            .await?;
+            // A cleared row gets its original content back, in its place, unless the row
+            // is gone or no longer holds the placeholder: that original stays archived.
+            let kept: Vec<(i64, String)> = sqlx::query_as(UNRESTORABLE_CLEARED)
+                .bind(compaction)
+                .fetch_all(&mut *tx)
+                .await?;
+            not_restored.extend(kept.into_iter().map(|(seq, why)| NotRestored {
+                compaction_id: compaction,
+                seq,
+                reason: NotRestoredReason::from_sql(&why),
+            }));
+            let uncleared = sqlx::query(UNCLEAR)
+                .bind(compaction)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(DELETE_UNCLEARED)
+                .bind(compaction)
+                .execute(&mut *tx)
+                .await?;
             messages_restored +=
                 i64::try_from(back.rows_affected() + uncleared.rows_affected()).unwrap_or(i64::MAX);
             sqlx::query(
@@ -153,6 +180,7 @@ impl PgStore {
         Ok(Restored {
             compactions,
             messages_restored,
+            not_restored,
         })
     }
 

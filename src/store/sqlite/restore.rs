@@ -8,9 +8,12 @@ use sqlx::Row;
 use super::{RFC3339, SqliteStore, now_ms};
 use crate::store::model::{SessionRow, millis};
 use crate::store::sql::{
-    COMPACTION_REMOVED, DELETE_RESTORED_SUMMARY, LAST_COMPACTION_IN_FORCE, RESTORABLE_COMPACTIONS,
+    COMPACTION_REMOVED, DELETE_RESTORED_SUMMARY, DELETE_UNCLEARED, LAST_COMPACTION_IN_FORCE,
+    RESTORABLE_COMPACTIONS, UNCLEAR, UNRESTORABLE_CLEARED,
 };
-use crate::store::{Pruned, RestoreError, Restored, SessionView, StoreError};
+use crate::store::{
+    NotRestored, NotRestoredReason, Pruned, RestoreError, Restored, SessionView, StoreError,
+};
 
 /// An archived row archived before the cutoff `$1`, in unix milliseconds (2440587.5 is
 /// the julian day of the unix epoch). julianday() reads any form of timestamp SQLite
@@ -98,6 +101,7 @@ impl SqliteStore {
             return Err(RestoreError::NothingToRestore(from));
         }
         let mut messages_restored = 0;
+        let mut not_restored = Vec::new();
         for &compaction in &compactions {
             // Its summary took the seq of the first message it removed; a clearing alone
             // removed none and wrote none.
@@ -127,18 +131,26 @@ impl SqliteStore {
             .bind(compaction)
             .execute(&mut *tx)
             .await?;
-            // A cleared row gets its original content back, in its place.
-            let uncleared = sqlx::query(
-                "UPDATE messages SET
-                     content = a.content, extra = a.extra, cleared_by = a.cleared_by
-                 FROM archived_messages AS a
-                 WHERE a.compaction_id = $1 AND a.cleared
-                   AND messages.session_id = a.session_id AND messages.seq = a.seq",
-            )
-            .bind(compaction)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("DELETE FROM archived_messages WHERE compaction_id = $1")
+            sqlx::query("DELETE FROM archived_messages WHERE compaction_id = $1 AND NOT cleared")
+                .bind(compaction)
+                .execute(&mut *tx)
+                .await?;
+            // A cleared row gets its original content back, in its place, unless the row
+            // is gone or no longer holds the placeholder: that original stays archived.
+            let kept: Vec<(i64, String)> = sqlx::query_as(UNRESTORABLE_CLEARED)
+                .bind(compaction)
+                .fetch_all(&mut *tx)
+                .await?;
+            not_restored.extend(kept.into_iter().map(|(seq, why)| NotRestored {
+                compaction_id: compaction,
+                seq,
+                reason: NotRestoredReason::from_sql(&why),
+            }));
+            let uncleared = sqlx::query(UNCLEAR)
+                .bind(compaction)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(DELETE_UNCLEARED)
                 .bind(compaction)
                 .execute(&mut *tx)
                 .await?;
@@ -162,6 +174,7 @@ impl SqliteStore {
         Ok(Restored {
             compactions,
             messages_restored,
+            not_restored,
         })
     }
 
