@@ -1,11 +1,13 @@
 """Compaction on demand: `client.compact` below the threshold, with instructions the usage
-event records and the worker's refusals; and `compact_tool`, with which a scripted model
-in a LangChain agent compacts its own context and starts its next call from the summary."""
+event records (as the operator's) and the worker's refusals; and `compact_tool`, with
+which a scripted model in a LangChain agent compacts its own context (its instructions
+the agent's) and starts its next call from the summary."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from typing import Any
 
 import nats
@@ -76,6 +78,7 @@ async def test_compact_compacts_a_session_below_its_threshold_and_records_why(
     assert decision.latest_compaction_id == decision.reply["compaction_id"]
     [event] = usage_metadata(database_url, session)
     assert event["forced"] is True and event["instructions"] == FOCUS, event
+    assert event["instructions_from"] == "operator", event
     history = await client.load(session)
     assert is_tagged_summary(history[0])
     # Forced once, not for good: the next turn is below the threshold again.
@@ -98,6 +101,7 @@ async def test_compact_sync_without_instructions_and_up_to_the_longest(
     assert decision.compacted and at_most.compacted, (decision, at_most)
     [event] = usage_metadata(database_url, plain)
     assert event["forced"] is True and "instructions" not in event, event
+    assert "instructions_from" not in event, event
     [event] = usage_metadata(database_url, longest)
     assert event["instructions"] == most
 
@@ -194,6 +198,7 @@ async def test_a_model_compacts_its_own_context_and_its_next_call_starts_from_th
     assert said.endswith(" chars saved). The next turn continues from it."), said
     [event] = usage_metadata(database_url, session)
     assert event["forced"] is True and event["instructions"] == "the pool figures and error codes"
+    assert event["instructions_from"] == "agent", event
 
     # The model call right after the tool's: from the summary, the tool's answer last.
     archived = {r["external_id"] for r in rows(database_url, "archived_messages", session)}
@@ -213,6 +218,43 @@ async def test_a_model_compacts_its_own_context_and_its_next_call_starts_from_th
     assert all(isinstance(t, int) and t > 0 for t in sent[1:4]), sent
     assert after_tool is None and sent[4] is None, sent
     assert sent[5] == sum(len(str(m.content)) for m in after), sent
+
+
+async def test_the_request_says_who_wrote_the_instructions(database_url: str) -> None:
+    """On the wire: `client.compact` speaks for the operator unless told otherwise, and
+    `compact_tool` for the agent, whose model wrote its instructions."""
+    subject = unique_subject()
+    listener = await nats.connect(NATS_URL)
+    sent: list[dict[str, Any]] = []
+
+    async def answer(message: Any) -> None:
+        sent.append(json.loads(message.data))
+        await message.respond(b'{"status": "skipped", "reason": "too_few_turns"}')
+
+    await listener.subscribe(subject, cb=answer)
+    config: Any = {"configurable": {"thread_id": "s"}}
+    try:
+        async with SummarizerClient(NATS_URL, database_url, subject) as client:
+            await client.compact("s", FOCUS)
+            await client.compact("s")
+            await asyncio.to_thread(client.compact_sync, "s", FOCUS, instructions_from="agent")
+            await compact_tool(client).ainvoke({"instructions": FOCUS}, config)
+            await asyncio.to_thread(compact_tool(client).invoke, {}, config)
+            for bad in ["system", "Operator", None]:
+                with pytest.raises(ValueError, match='instructions_from must be "agent" or "operator"'):
+                    await client.compact("s", FOCUS, instructions_from=bad)  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="instructions_from"):
+                client.compact_sync("s", instructions_from="user")  # type: ignore[arg-type]
+    finally:
+        await listener.close()
+
+    assert [(r.get("instructions"), r["instructions_from"], r["force"]) for r in sent] == [
+        (FOCUS, "operator", True),
+        (None, "operator", True),
+        (FOCUS, "agent", True),
+        (FOCUS, "agent", True),
+        (None, "agent", True),
+    ]
 
 
 def test_what_the_model_is_told() -> None:

@@ -15,11 +15,12 @@ scheme. Each backend has its own SQL; the semantics are the same:
   of a cleared row's text stores the new text and marks the row no longer cleared (a pin
   alone leaves it cleared). A row that
   only reuses an archived message's id is a new message: stored;
-- `remove_rows` deletes the session's live rows whose external id is not among the ids
-  given (the messages the agent's state holds), sparing summaries and the rows the
-  worker or plain SQL wrote (no external id, or a `summarizer-` one), and returns the ids
-  it deleted: a message the agent removed from its state is no longer summarized,
-  archived or sent to an LLM;
+- `remove_rows` deletes the session's live rows with the external ids given (messages
+  the agent removed from its state: see `_mirror` for which), sparing summaries and the
+  rows the worker or plain SQL wrote (a `summarizer-` id), and returns the ids it
+  deleted: a message the agent removed is no longer summarized, archived or sent to an
+  LLM. It names the rows to delete, never the rows to keep: a row the caller has not
+  heard of (another writer's) is never deleted;
 - `load_rows` gives every row of the session without an external id (the worker's
   summaries, plain-SQL agents' rows) one, so that the next sync recognises it as stored
   (a summary's names the compaction in force, see `_codec.summary_compaction`), and
@@ -51,7 +52,7 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 class Store(Protocol):
     async def append_rows(self, session: str, rows: list[dict[str, Any]]) -> int: ...
 
-    async def remove_rows(self, session: str, keep: list[str]) -> list[str]: ...
+    async def remove_rows(self, session: str, ids: list[str]) -> list[str]: ...
 
     async def load_rows(self, session: str) -> list[tuple[Any, ...]]: ...
 
@@ -108,9 +109,8 @@ WHERE NOT messages.is_summary AND substr(messages.external_id, 1, 11) <> 'summar
 
 _PG_REMOVE = """
 DELETE FROM messages
-WHERE session_id = %(session)s AND external_id IS NOT NULL AND NOT is_summary
+WHERE session_id = %(session)s AND external_id = ANY (%(ids)s) AND NOT is_summary
   AND substr(external_id, 1, 11) <> 'summarizer-'
-  AND NOT (external_id = ANY (%(keep)s))
 RETURNING external_id
 """
 
@@ -162,9 +162,9 @@ class PostgresStore:
             cursor = await conn.execute(_PG_INSERT, {"session": session, "rows": Jsonb(rows)})
             return max(cursor.rowcount, 0)
 
-    async def remove_rows(self, session: str, keep: list[str]) -> list[str]:
+    async def remove_rows(self, session: str, ids: list[str]) -> list[str]:
         async with self._pool.connection(timeout=self._timeout) as conn:
-            cursor = await conn.execute(_PG_REMOVE, {"session": session, "keep": keep})
+            cursor = await conn.execute(_PG_REMOVE, {"session": session, "ids": ids})
             return [str(row[0]) for row in await cursor.fetchall()]
 
     async def load_rows(self, session: str) -> list[tuple[Any, ...]]:
@@ -216,9 +216,8 @@ WHERE NOT messages.is_summary AND substr(messages.external_id, 1, 11) <> 'summar
 
 _SQLITE_REMOVE = """
 DELETE FROM messages
-WHERE session_id = :session AND external_id IS NOT NULL AND NOT is_summary
-  AND substr(external_id, 1, 11) <> 'summarizer-'
-  AND external_id NOT IN (SELECT value FROM json_each(:keep))
+WHERE session_id = :session AND external_id IN (SELECT value FROM json_each(:ids))
+  AND NOT is_summary AND substr(external_id, 1, 11) <> 'summarizer-'
 RETURNING external_id
 """
 
@@ -317,8 +316,8 @@ class SqliteStore:
         rows = [{**row, "tool_calls": _jsonb_text(row["tool_calls"])} for row in rows]
         return await _on(self._executor, self._append, session, json.dumps(rows))
 
-    async def remove_rows(self, session: str, keep: list[str]) -> list[str]:
-        return await _on(self._executor, self._remove, session, json.dumps(keep))
+    async def remove_rows(self, session: str, ids: list[str]) -> list[str]:
+        return await _on(self._executor, self._remove, session, json.dumps(ids))
 
     async def load_rows(self, session: str) -> list[tuple[Any, ...]]:
         return await _on(self._executor, self._load, session)
@@ -336,8 +335,8 @@ class SqliteStore:
         cursor = self._conn.execute(_SQLITE_INSERT, {"session": session, "rows": rows})
         return max(cursor.rowcount, 0)
 
-    def _remove(self, session: str, keep: str) -> list[str]:
-        rows = self._conn.execute(_SQLITE_REMOVE, {"session": session, "keep": keep}).fetchall()
+    def _remove(self, session: str, ids: str) -> list[str]:
+        rows = self._conn.execute(_SQLITE_REMOVE, {"session": session, "ids": ids}).fetchall()
         return [str(row[0]) for row in rows]
 
     def _load(self, session: str) -> list[tuple[Any, ...]]:

@@ -1,7 +1,8 @@
-"""The turn every entry point shares: store what the state holds that is not stored yet,
-ask the worker (with the prompt tokens the agent's model last reported), and when the
-stored history changed under the state (a compaction now, a late one committed after an
-earlier turn stopped waiting, or one `compact` made), bring it into the state.
+"""The turn every entry point shares: mirror the state in the table (delete what the state
+removed, store what is new or edited: `_mirror` decides which), ask the worker (with the
+prompt tokens the agent's model last reported), and when the stored history changed
+under the state (a compaction now, a late one committed after an earlier turn stopped
+waiting, or one `compact` made), bring it into the state.
 
 These coroutines run on the client's private loop (see `_loop`).
 """
@@ -17,6 +18,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from ._codec import pair_safe, summary_compaction
 from ._failopen import logger
+from ._mirror import loaded, plan
 from .client import MAX_TOKENS, Decision, SummarizerClient, _oneline
 
 
@@ -34,30 +36,22 @@ class Turn:
 
 
 async def store_new(client: SummarizerClient, session_id: str, messages: Sequence[BaseMessage]) -> bool:
-    """Mirrors the state in the table: deletes the rows of messages the state no longer
-    holds (a `RemoveMessage`: a secret pasted by mistake is then never summarized,
-    archived or sent to an LLM), before anything else, then stores the messages not
-    known to be stored and those edited since. The first sync of a session in this
-    process compares with the table itself. Returns whether the table now holds
-    everything in `messages` (False after a database failure, logged once)."""
+    """Mirrors the state in the table: first deletes the rows of messages this process
+    saw the state hold and the state no longer holds (a `RemoveMessage`: a secret pasted
+    by mistake is then never summarized, archived or sent to an LLM), never a row this
+    process has not seen (another writer's); then stores the messages new since the last
+    sync and those edited since. The first sync of a session in this process deletes
+    nothing. Returns whether the table now holds everything in `messages` (False after
+    a database failure, logged once)."""
     try:
-        from ._codec import ROW_ID_PREFIX, SUMMARY_ID_PREFIX, fingerprint
-
-        known = client._stored.get(session_id)
-        in_state = [m.id for m in messages if m.id]
-        held = set(in_state)
-        ours = (SUMMARY_ID_PREFIX, ROW_ID_PREFIX)
-        if known is None or any(i not in held and not i.startswith(ours) for i in known):
-            await client._remove_missing(session_id, in_state)
-            # Forgotten whether deleted now or gone already (archived, deleted by hand):
-            # the state no longer holds them, so the next turn need not look again.
-            known = {
-                i: f for i, f in client._stored.get(session_id, {}).items() if i in held or i.startswith(ours)
-            }
-            client._stored[session_id] = known
-        new = [m for m in messages if m.id and known.get(m.id) != fingerprint(m)]
-        if new:
-            await client._append(session_id, new)
+        sync = plan(client._mirrors.get(session_id), messages)
+        if sync.remove:
+            await client._remove(session_id, sync.remove)
+        if sync.store:
+            await client._append(session_id, sync.store)
+        # Only once both are done: after a failure the next sync deletes and stores again.
+        # A removed row found gone already (archived, deleted by hand) is forgotten too.
+        client._mirrors.set(session_id, sync.held)
         client.warnings.cleared("store")
         return True
     except Exception as e:  # noqa: BLE001 -- fail open
@@ -107,6 +101,7 @@ async def sync_and_ask(
         history = await _history(client, session_id, decision)
         if history is not None:
             client._stale.discard(session_id)
+            client._mirrors.set(session_id, loaded(client._mirrors.get(session_id), history))
         return Turn(decision, history)
     except Exception as e:  # noqa: BLE001 -- a bug here must not stop the agent
         client.warnings.warn("internal", "unexpected error: %r", e)

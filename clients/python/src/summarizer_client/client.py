@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -23,6 +23,7 @@ from nats.aio.client import Client as Nats
 
 from ._failopen import Warnings
 from ._loop import LoopThread
+from ._mirror import DEFAULT_SESSIONS, Mirrors
 from ._store import Store, backend, backend_name, check_url, open_store
 from .jobs import (
     DEFAULT_SUBJECT_PREFIX,
@@ -50,6 +51,10 @@ COMPACT_TIMEOUT = 120.0
 MAX_INSTRUCTIONS_CHARS = 4_000
 #: The worker's bounds on `threshold_tokens` (1 to this) and `context_tokens` (0 to this).
 MAX_TOKENS = 1_000_000_000
+#: Who wrote a compaction's `instructions`, as the request's `instructions_from` says: the
+#: agent's own model (whose text a tool output can steer), or an operator.
+InstructionsFrom = Literal["agent", "operator"]
+INSTRUCTIONS_FROM: tuple[InstructionsFrom, ...] = ("agent", "operator")
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,11 @@ class SummarizerClient:
     serves async and sync callers alike. `publish_job` publishes durable jobs to the
     fleet's JetStream work queue; `recall` and `fetch` read what compactions archived, on
     `recall_subject`; `compact` compacts a session now, whatever its size.
+
+    The LangChain integrations keep the table following each session's state: a sync
+    deletes the rows of messages this client saw in the state and the state no longer
+    holds, never a row it has not seen (another writer's). It remembers that for the
+    `mirrored_sessions` sessions synced most recently (see `_mirror`).
     """
 
     def __init__(
@@ -99,6 +109,8 @@ class SummarizerClient:
         subject: str = "summarizer.turn.starting",
         timeout: float = 5.0,
         recall_subject: str = "summarizer.recall",
+        *,
+        mirrored_sessions: int = DEFAULT_SESSIONS,
     ) -> None:
         self.nats_url = nats_url
         self.database_url = database_url or os.environ.get("DATABASE_URL")
@@ -113,10 +125,10 @@ class SummarizerClient:
         self._store: Store | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._closed = False
-        # Per session, the message ids this process knows are stored (or archived), each
-        # with the fingerprint of the row it was stored as: a sync sends only the new and
-        # the edited ones, and removes from the table what the state no longer holds.
-        self._stored: dict[str, dict[str, int]] = {}
+        # Per session, what its state held at this process's last sync (ids and
+        # fingerprints): a sync stores only the new and the edited messages, and deletes
+        # only the rows of those the state held then and no longer holds.
+        self._mirrors = Mirrors(mirrored_sessions)
         # Sessions whose stored history may have changed since a state last loaded it: a
         # compaction was answered (`compact` makes one no turn brings in at once), or an
         # ask timed out while one may be under way. The `context_tokens` their states
@@ -189,6 +201,7 @@ class SummarizerClient:
         *,
         keep_chars: int | None = None,
         timeout: float | None = None,
+        instructions_from: InstructionsFrom = "operator",
     ) -> Decision:
         """Compacts `session_id` now, even below its threshold (`"force": true`), as a
         turn over its threshold would be: its older part is summarized, keeping at least
@@ -196,6 +209,9 @@ class SummarizerClient:
         worker's bounds). `instructions` (at most 4,000 chars, no control characters but
         newlines) tell the summarizer what to focus on or keep; the usage event records
         them, and `"forced": true`. Pinned messages stay, as in any compaction.
+        `instructions_from` says who wrote them: `"operator"` (this call's caller, the
+        default) or `"agent"` (the agent's own model, as `compact_tool` sends: the worker
+        gives them less authority, as a request about focus only).
 
         Waits at most `timeout` seconds for the reply, by default the client's `timeout`
         but at least 2 minutes: the worker calls an LLM. The other skip rules hold: the
@@ -206,8 +222,11 @@ class SummarizerClient:
         a reply, and a request the worker refuses is reason `invalid_request` (the
         reply's `message` says why); a compaction that commits after the timeout is
         picked up by the next turn as any late one is. Raises `ValueError` only for
-        `instructions` longer than 4,000 chars."""
-        return await self._loop.run(self._compact(session_id, instructions, keep_chars, timeout))
+        `instructions` longer than 4,000 chars or an `instructions_from` other than
+        `"agent"` or `"operator"`."""
+        return await self._loop.run(
+            self._compact(session_id, instructions, keep_chars, timeout, instructions_from)
+        )
 
     def compact_sync(
         self,
@@ -216,9 +235,12 @@ class SummarizerClient:
         *,
         keep_chars: int | None = None,
         timeout: float | None = None,
+        instructions_from: InstructionsFrom = "operator",
     ) -> Decision:
         """`compact` for sync programs: blocks until the worker answers or the wait ends."""
-        return self._loop.run_sync(self._compact(session_id, instructions, keep_chars, timeout))
+        return self._loop.run_sync(
+            self._compact(session_id, instructions, keep_chars, timeout, instructions_from)
+        )
 
     def _compact_wait(self, timeout: float | None) -> float:
         """How long `compact` waits for its reply: `timeout`, or by default the client's
@@ -239,6 +261,16 @@ class SummarizerClient:
     async def load(self, session_id: str) -> list[BaseMessage]:
         """The session's stored history, oldest first. Raises on database errors."""
         return await self._loop.run(self._load(session_id))
+
+    async def remove(self, session_id: str, message_ids: Sequence[str]) -> list[str]:
+        """Deletes the session's rows of these message ids, whoever stored them, and
+        returns the ids it deleted: for a removal no sync of this process can see (a
+        message an admin script removed from a checkpoint while no agent process ran,
+        say). The worker's summaries (ids starting `summarizer-`) are never deleted, and
+        a message a compaction archived already stays in the archive. Remove the
+        message from the state too, or a sync may store it again. Raises on database
+        errors."""
+        return await self._loop.run(self._remove(session_id, list(message_ids)))
 
     async def publish_job(
         self,
@@ -415,8 +447,15 @@ class SummarizerClient:
         instructions: str | None,
         keep_chars: int | None,
         timeout: float | None,
+        instructions_from: InstructionsFrom = "operator",
     ) -> Decision:
-        fields: dict[str, Any] = {"force": True}
+        if instructions_from not in INSTRUCTIONS_FROM:
+            raise ValueError(
+                f'instructions_from must be "agent" or "operator", not {instructions_from!r}'
+            )
+        # Sent with or without instructions: the worker reads it only with them, and a
+        # request that says who asks is plain to read in a capture.
+        fields: dict[str, Any] = {"force": True, "instructions_from": instructions_from}
         if instructions is not None:
             # Only the length is checked here, to name the limit; the worker checks the
             # rest (a type or a control character) and answers `invalid_request`.
@@ -552,7 +591,7 @@ class SummarizerClient:
         return self._store
 
     async def _append(self, session_id: str, messages: list[BaseMessage]) -> int:
-        from ._codec import fingerprint, to_row
+        from ._codec import to_row
 
         if not messages:
             return 0
@@ -561,29 +600,21 @@ class SummarizerClient:
         latest: dict[str, int] = {m.id: i for i, m in enumerate(messages) if m.id}
         batch = [m for i, m in enumerate(messages) if not m.id or latest[m.id] == i]
         rows = [to_row(m) for m in batch]
-        written = await self._require_store().append_rows(session_id, [r.as_json() for r in rows])
-        known = self._stored.setdefault(session_id, {})
-        known.update((m.id, fingerprint(m)) for m in batch if m.id)
-        return written
+        return await self._require_store().append_rows(session_id, [r.as_json() for r in rows])
 
-    async def _remove_missing(self, session_id: str, keep: list[str]) -> list[str]:
-        """Deletes the session's mirrored rows whose message `keep` (the state's ids) no
-        longer holds (see `_store.Store.remove_rows`)."""
+    async def _remove(self, session_id: str, message_ids: list[str]) -> list[str]:
+        """Deletes the session's rows of `message_ids` (see `_store.Store.remove_rows`)."""
+        if not message_ids:
+            return []
         await self._ensure_connected()
-        removed = await self._require_store().remove_rows(session_id, keep)
-        known = self._stored.setdefault(session_id, {})
-        for gone in removed:
-            known.pop(gone, None)
-        return removed
+        return await self._require_store().remove_rows(session_id, message_ids)
 
     async def _load(self, session_id: str) -> list[BaseMessage]:
-        from ._codec import fingerprint, from_row
+        from ._codec import from_row
 
         await self._ensure_connected()
         rows = await self._require_store().load_rows(session_id)
-        history = [from_row(*row) for row in rows]
-        self._stored[session_id] = {m.id: fingerprint(m) for m in history if m.id}
-        return history
+        return [from_row(*row) for row in rows]
 
 
 def check_threshold_tokens(value: int) -> None:

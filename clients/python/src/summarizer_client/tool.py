@@ -135,7 +135,12 @@ def compact_tool(
     The compaction changes the stored history, not the state the tool runs in: the next
     model call of an agent with `SummarizerMiddleware` (or a graph with
     `summarizer_node`) loads it, as it loads any compaction it did not ask for. It
-    never raises into the agent: a failure is a `Not compacted: ...` text."""
+    never raises into the agent: a failure is a `Not compacted: ...` text.
+
+    Its requests say `"instructions_from": "agent"`: the model wrote the instructions, and
+    a tool output it read may have steered them, so the worker gives them to the
+    summarizer as the agent's request about focus, not as the operator's, without the
+    authority to drop facts."""
 
     # Past the wait for the reply, a stuck connection attempt or loop: never a hung call.
     bound = client._compact_wait(timeout) + client.timeout * 2 + 1.0
@@ -199,7 +204,11 @@ async def _compact(
 ) -> str:
     try:
         # On the client's loop already (see `compact_tool`): its coroutine, not its method.
-        decision = await client._compact(session, instructions, keep_chars, timeout)
+        # The model wrote the instructions, and text in a tool output can steer it: the
+        # worker takes them as the agent's request about focus, not as the operator's.
+        decision = await client._compact(
+            session, instructions, keep_chars, timeout, instructions_from="agent"
+        )
     except ValueError as e:
         return f"Not compacted: {e}. Shorten them, or call again without them."
     return _compaction_text(decision, client._compact_wait(timeout))
