@@ -13,9 +13,7 @@
 
 use std::collections::HashMap;
 
-use serde_json::Value;
-
-use crate::message::{Message, Role, call_id, char_count};
+use crate::message::{Message, Role, ToolCall, char_count};
 
 /// The start of every placeholder: how a cleared result is told from others by people
 /// and by tests (the store knows it by `messages.cleared_by`).
@@ -164,9 +162,10 @@ fn pair_calls(messages: &[Message]) -> Calls {
             answered.insert(i, (*call, name.clone()));
             *done = true;
         }
-        for call in m.calls().iter() {
-            if let Some(id) = call_id(call) {
-                latest.insert(id.to_owned(), (i, call_name(call).to_owned(), false));
+        for call in m.calls().iter().map(ToolCall) {
+            if let Some(id) = call.id() {
+                let name = call.name().unwrap_or("unknown tool");
+                latest.insert(id.to_owned(), (i, name.to_owned(), false));
             }
         }
     }
@@ -175,14 +174,6 @@ fn pair_calls(messages: &[Message]) -> Calls {
         .map(|(call, _, _)| call)
         .collect();
     Calls { answered, waiting }
-}
-
-/// A call's tool name, in each stored shape (`name`, OpenAI's `function.name`).
-fn call_name(call: &Value) -> &str {
-    call.get("name")
-        .or_else(|| call.get("function").and_then(|f| f.get("name")))
-        .and_then(Value::as_str)
-        .unwrap_or("unknown tool")
 }
 
 #[cfg(test)]

@@ -360,7 +360,9 @@ fn print_history(title: &str, messages: &[Message]) {
         let mut preview: String = m.content.split_whitespace().collect::<Vec<_>>().join(" ");
         if let Some(calls) = m.tool_calls.as_ref().and_then(Value::as_array) {
             for call in calls {
-                let (name, args) = crate::prompt::call_parts(call);
+                let call = crate::message::ToolCall(call);
+                let name = call.name().unwrap_or("(unnamed)");
+                let args = call.arguments().unwrap_or_default();
                 preview.push_str(&format!(" → {name}({args})"));
             }
         }

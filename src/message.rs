@@ -103,29 +103,67 @@ impl Message {
     }
 
     /// The ids of the tool calls this message makes, in every stored shape (see
-    /// [`Message::calls`] and [`call_id`]). Entries without a string `id` are skipped:
+    /// [`Message::calls`] and [`ToolCall`]). Entries without a string `id` are skipped:
     /// stored data is the agent's, and odd shapes must not stop a compaction.
     pub fn tool_call_ids(&self) -> Vec<Cow<'_, str>> {
         match self.calls() {
             Cow::Borrowed(calls) => calls
                 .iter()
-                .filter_map(call_id)
+                .filter_map(|call| ToolCall(call).id())
                 .map(Cow::Borrowed)
                 .collect(),
             Cow::Owned(calls) => calls
                 .iter()
-                .filter_map(call_id)
+                .filter_map(|call| ToolCall(call).id())
                 .map(|id| Cow::Owned(id.to_owned()))
                 .collect(),
         }
     }
+
+    /// The text of `tool_calls` as `chars` counts it (docs/protocol.md, "The schema"):
+    /// a string as it is, any other JSON as its text. Empty without calls.
+    pub fn tool_calls_text(&self) -> Cow<'_, str> {
+        match &self.tool_calls {
+            None => Cow::Borrowed(""),
+            Some(Value::String(text)) => Cow::Borrowed(text),
+            Some(other) => Cow::Owned(other.to_string()),
+        }
+    }
 }
 
-/// A call's id. It is a top-level `id` in each shape agents write: the flat
-/// `{id, name, arguments}`, LangChain's `{id, name, args, type: "tool_call"}` and
-/// OpenAI's `{id, type: "function", function: {name, arguments}}`.
-pub fn call_id(call: &Value) -> Option<&str> {
-    call.get("id").and_then(Value::as_str)
+/// One stored tool call, read the same way everywhere: the three shapes agents write are
+/// the flat `{id, name, arguments}`, LangChain's `{id, name, args, type: "tool_call"}`
+/// and OpenAI's `{id, type: "function", function: {name, arguments}}`. Each part is
+/// `None` where the call does not hold it as expected: stored data is the agent's, and an
+/// odd shape must not stop a compaction.
+#[derive(Clone, Copy, Debug)]
+pub struct ToolCall<'a>(pub &'a Value);
+
+impl<'a> ToolCall<'a> {
+    /// The call's id: a top-level `id` string in every shape.
+    pub fn id(self) -> Option<&'a str> {
+        self.0.get("id").and_then(Value::as_str)
+    }
+
+    /// The tool's name: `name`, else OpenAI's `function.name`.
+    pub fn name(self) -> Option<&'a str> {
+        (self.0.get("name"))
+            .or_else(|| self.0.get("function").and_then(|f| f.get("name")))
+            .and_then(Value::as_str)
+    }
+
+    /// The arguments as text: LangChain's `args` object, the flat `arguments`, OpenAI's
+    /// `function.arguments` string, in that order; a string as it is, any other JSON as
+    /// its text.
+    pub fn arguments(self) -> Option<Cow<'a, str>> {
+        let args = (self.0.get("args"))
+            .or_else(|| self.0.get("arguments"))
+            .or_else(|| self.0.get("function").and_then(|f| f.get("arguments")))?;
+        Some(match args {
+            Value::String(text) => Cow::Borrowed(text),
+            other => Cow::Owned(other.to_string()),
+        })
+    }
 }
 
 /// Characters as Postgres's `char_length` counts them (code points), so sizes computed
@@ -159,6 +197,29 @@ mod tests {
              "function": {"name": "get_logs", "arguments": "{\"service\":\"api\"}"}}
         ]));
         assert_eq!(ids(&m), ["flat", "langchain", "openai"]);
+    }
+
+    #[test]
+    fn names_and_arguments_are_read_from_every_call_shape() {
+        let m = calling(json!([
+            {"id": "flat", "name": "a", "arguments": "{\"x\":1}"},
+            {"id": "langchain", "name": "b", "args": {"x": 2}, "type": "tool_call"},
+            {"id": "openai", "type": "function", "function": {"name": "c", "arguments": "{}"}},
+            {"id": "odd", "name": 7}
+        ]));
+        let calls = m.calls();
+        let read: Vec<_> = (calls.iter().map(ToolCall))
+            .map(|c| (c.name(), c.arguments().map(Cow::into_owned)))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (Some("a"), Some("{\"x\":1}".to_owned())),
+                (Some("b"), Some("{\"x\":2}".to_owned())),
+                (Some("c"), Some("{}".to_owned())),
+                (None, None),
+            ]
+        );
     }
 
     #[test]

@@ -11,10 +11,8 @@
 
 use std::fmt::Write;
 
-use serde_json::Value;
-
 use crate::facts::MissingFact;
-use crate::message::{Message, Role, call_id};
+use crate::message::{Message, Role, ToolCall};
 use crate::protocol::{Instructions, InstructionsFrom};
 use crate::summary::{HEADINGS, TEMPLATE};
 
@@ -421,9 +419,10 @@ fn push_message(out: &mut String, marker: &str, header: &str, m: &Message) {
         out.push_str(m.content.trim());
         out.push('\n');
     }
-    for call in m.calls().iter() {
-        let (name, arguments) = call_parts(call);
-        let id = call_id(call).unwrap_or("(no id)");
+    for call in m.calls().iter().map(ToolCall) {
+        let name = call.name().unwrap_or("(unnamed)");
+        let arguments = call.arguments().unwrap_or_default();
+        let id = call.id().unwrap_or("(no id)");
         let _ = writeln!(
             out,
             "[{marker} assistant calls tool {}, call {}]\n{arguments}",
@@ -447,28 +446,10 @@ fn one_line(text: &str) -> String {
     out
 }
 
-/// A call's name and arguments, in the flat shape (`{id, name, arguments}`), LangChain's
-/// (`{id, name, args: {...}}`) or OpenAI's (`{id, type, function: {name, arguments}}`).
-/// Arguments are a JSON text in some shapes and an object in others; both render as JSON.
-pub fn call_parts(call: &Value) -> (&str, String) {
-    let function = call.get("function").unwrap_or(call);
-    let name = function
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or("(unnamed)");
-    let arguments = function.get("arguments").or_else(|| function.get("args"));
-    let arguments = match arguments {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-        None => String::new(),
-    };
-    (name, arguments)
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 

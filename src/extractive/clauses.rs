@@ -173,13 +173,25 @@ pub(super) fn within(text: &str, ids: &[(usize, usize)], max_chars: usize) -> Sh
         keep[n] = true;
     }
     if !keep.iter().any(|&k| k) {
-        let head = super::units::clip_words(text, max_chars.saturating_sub(1));
+        let head = clip_words(text, max_chars.saturating_sub(1));
         return Shortened {
             text: format!("{head}…"),
             kept: vec![(0, head.len())],
         };
     }
     assemble(text, &all, &keep)
+}
+
+/// The longest prefix of `text` of whole words within `max_chars` (the start of its
+/// first word when that alone is longer).
+pub(super) fn clip_words(text: &str, max_chars: usize) -> &str {
+    let Some((cut, _)) = text.char_indices().nth(max_chars) else {
+        return text;
+    };
+    match text[..cut].rfind(' ') {
+        Some(space) if space > 0 => &text[..space],
+        _ => &text[..cut],
+    }
 }
 
 #[cfg(test)]

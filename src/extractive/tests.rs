@@ -450,8 +450,8 @@ fn one_line_collapses_whitespace_within_the_bound() {
         units::one_line(&"word ".repeat(1000), 300).chars().count(),
         299
     );
-    assert_eq!(units::clip_words("alpha beta gamma", 12), "alpha beta");
-    assert_eq!(units::clip_words("alphabet", 5), "alpha");
+    assert_eq!(clauses::clip_words("alpha beta gamma", 12), "alpha beta");
+    assert_eq!(clauses::clip_words("alphabet", 5), "alpha");
 }
 
 #[test]

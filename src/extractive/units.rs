@@ -20,11 +20,9 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use serde_json::Value;
-
 use super::clauses;
 use crate::facts;
-use crate::message::{Message, Role};
+use crate::message::{Message, Role, ToolCall};
 use crate::summary::{CURRENT_STATE, INVESTIGATING, KEY_FINDINGS, RULED_OUT};
 
 /// A unit is shown by its first this many characters: a finding is a line, not a paste.
@@ -179,9 +177,8 @@ pub(super) fn collect(old: &[Message]) -> Collected {
                         .map(|s| Raw::unit(s, Source::Agent, index)),
                 );
                 raw.extend(calls(m).map(|s| Raw::unit(s, Source::Call, index)));
-                for call in m.calls().iter() {
-                    if let (Some(id), Some(name)) = (crate::message::call_id(call), call_name(call))
-                    {
+                for call in m.calls().iter().map(ToolCall) {
+                    if let (Some(id), Some(name)) = (call.id(), call.name()) {
                         call_names.insert(id.to_owned(), name.to_owned());
                     }
                 }
@@ -285,7 +282,7 @@ pub(super) fn collect(old: &[Message]) -> Collected {
         let shown = if said {
             clauses::within(&text, &ranges, MAX_UNIT_CHARS)
         } else {
-            let head = clip_words(&text, MAX_UNIT_CHARS);
+            let head = clauses::clip_words(&text, MAX_UNIT_CHARS);
             clauses::Shortened {
                 text: if head.len() < text.len() {
                     format!("{head}…")
@@ -458,18 +455,14 @@ fn earlier(summary: &str, index: usize, raw: &mut Vec<Raw>, collected: &mut Coll
 
 /// A tool call as one line: `query_logs {"service":"checkout-api"}`.
 fn calls(m: &Message) -> impl Iterator<Item = String> + '_ {
-    m.calls().into_owned().into_iter().filter_map(|call| {
-        let name = call_name(&call)?.to_owned();
-        let args = facts::call_arguments(&call).unwrap_or_default();
-        Some(one_line(&format!("called {name} {args}"), MAX_SCAN_CHARS))
-    })
-}
-
-/// A tool call's name, in each stored shape.
-fn call_name(call: &Value) -> Option<&str> {
-    call.get("name")
-        .or_else(|| call.get("function").and_then(|f| f.get("name")))
-        .and_then(Value::as_str)
+    let lines: Vec<String> = (m.calls().iter().map(ToolCall))
+        .filter_map(|call| {
+            let name = call.name()?;
+            let args = call.arguments().unwrap_or_default();
+            Some(one_line(&format!("called {name} {args}"), MAX_SCAN_CHARS))
+        })
+        .collect();
+    lines.into_iter()
 }
 
 /// How often each tool line's shape occurs.
@@ -687,18 +680,6 @@ pub(super) fn sentences(text: &str) -> impl Iterator<Item = String> + '_ {
     text.lines()
         .flat_map(facts::sentences_of)
         .map(|s| one_line(s, MAX_SCAN_CHARS))
-}
-
-/// The longest prefix of `text` of whole words within `max_chars` (the start of its
-/// first word when that alone is longer).
-pub(super) fn clip_words(text: &str, max_chars: usize) -> &str {
-    let Some((cut, _)) = text.char_indices().nth(max_chars) else {
-        return text;
-    };
-    match text[..cut].rfind(' ') {
-        Some(space) if space > 0 => &text[..space],
-        _ => &text[..cut],
-    }
 }
 
 /// Whitespace collapsed to single spaces, at most `max_chars` characters (whole words

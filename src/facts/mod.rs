@@ -11,10 +11,11 @@
 //! metrics, tool output and the agent's prose), biased towards precision: an ordinary
 //! English word is never a fact, so a summary is not asked to keep noise.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
-use crate::message::Message;
+use crate::message::{Message, ToolCall};
 use lexer::{quoted, tokens};
 
 mod classify;
@@ -78,22 +79,10 @@ pub fn extract(text: &str) -> Vec<Fact<'_>> {
 /// The text of a message that carries facts: its content, and the arguments of the
 /// tool calls it makes (an agent's query names the service and the time range).
 pub fn message_texts(m: &Message) -> impl Iterator<Item = String> + '_ {
-    let calls = m.calls().into_owned();
-    std::iter::once(m.content.clone())
-        .chain(calls.iter().filter_map(call_arguments).collect::<Vec<_>>())
-}
-
-/// A tool call's arguments as text, in each stored shape: LangChain's `args` object,
-/// the flat `arguments`, OpenAI's `function.arguments` string.
-pub fn call_arguments(call: &serde_json::Value) -> Option<String> {
-    let args = call
-        .get("args")
-        .or_else(|| call.get("arguments"))
-        .or_else(|| call.get("function").and_then(|f| f.get("arguments")))?;
-    Some(match args {
-        serde_json::Value::String(text) => text.clone(),
-        other => other.to_string(),
-    })
+    let arguments: Vec<String> = (m.calls().iter())
+        .filter_map(|call| ToolCall(call).arguments().map(Cow::into_owned))
+        .collect();
+    std::iter::once(m.content.clone()).chain(arguments)
 }
 
 /// The distinct identifiers of some messages, in order of first appearance.
