@@ -30,8 +30,7 @@ use futures_util::future::{BoxFuture, FutureExt};
 
 use crate::facts;
 use crate::message::{Message, Role, char_count};
-use crate::protocol::Instructions;
-use crate::summarizer::{LlmError, Summarizer};
+use crate::summarizer::{LlmError, Summarizer, SummaryRequest};
 use crate::summary::Summary;
 use crate::summary::{CURRENT_STATE, INVESTIGATING, KEY_FINDINGS, RULED_OUT};
 use units::Collected;
@@ -56,25 +55,18 @@ impl Default for Extractive {
 }
 
 impl Summarizer for Extractive {
-    fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_in_context(&[], old, None, None)
-    }
-
-    /// The system messages and the model are of no use here; `instructions` weigh the
-    /// findings that share a word with them (see [`units::focus`]).
-    fn summarize_in_context<'a>(
+    /// The context and the model are of no use here; the instructions, whoever wrote
+    /// them, weigh the findings that share a word with them (see [`units::focus`]). A
+    /// second attempt would answer the same (see [`Summarizer::can_do_better`]).
+    fn summarize<'a>(
         &'a self,
-        _context: &'a [Message],
-        old: &'a [Message],
-        _model: Option<&'a str>,
-        instructions: Option<&'a Instructions>,
+        request: SummaryRequest<'a>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         // Linear, but the old part may hold megabytes of tool output: on the blocking
         // pool, so that the async threads go on serving other events meanwhile. The copy
         // costs less than the summarizing.
-        let old = old.to_vec();
-        // Whoever wrote them, they only weigh the findings that share their words.
-        let instructions = instructions.map(|i| i.text.clone());
+        let old = request.old.to_vec();
+        let instructions = request.instructions.map(|i| i.text.clone());
         let max_chars = self.max_chars;
         async move {
             let summarized = tokio::task::spawn_blocking(move || {

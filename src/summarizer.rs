@@ -68,52 +68,60 @@ impl LlmError {
     }
 }
 
+/// What a summarizer is asked for: the old part, with what helps write its summary.
+/// Everything but `old` may be left at its default.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SummaryRequest<'a> {
+    /// The messages to summarize, oldest first (an earlier summary among them is folded
+    /// in).
+    pub old: &'a [Message],
+    /// The system messages that precede the old part: never summarized; an LLM reads
+    /// them to understand the conversation.
+    pub context: &'a [Message],
+    /// The model the session asks for (`session_settings.model`); `None` for `LLM_MODEL`.
+    pub model: Option<&'a str>,
+    /// The focus the operator or the agent asked this summary to have, with who wrote it
+    /// (docs/protocol.md, "Forced compactions").
+    pub instructions: Option<&'a Instructions>,
+    /// For a second attempt, the facts a first summary did not state: each identifier
+    /// with the statement it was said in, in order of first appearance (the summarizer
+    /// lists as many as its request has room for). Empty for a first attempt.
+    pub missing: &'a [MissingFact],
+}
+
+impl<'a> SummaryRequest<'a> {
+    /// A first attempt at summarizing `old`, with nothing else to go on.
+    pub fn of(old: &'a [Message]) -> Self {
+        Self {
+            old,
+            ..Self::default()
+        }
+    }
+
+    /// This request as a second attempt, told what a first summary did not state.
+    #[must_use]
+    pub fn again(self, missing: &'a [MissingFact]) -> Self {
+        Self { missing, ..self }
+    }
+}
+
+/// Turns the old part of a session into one [`Summary`].
 pub trait Summarizer: Send + Sync {
-    /// Summarizes `old` (oldest first; an earlier summary among them is folded in).
+    /// The summary `request` asks for. A summarizer that has no use for a part of the
+    /// request (the extractive one reads no context and no model) ignores it.
     ///
     /// # Errors
     /// [`LlmError`] once retries, if any, are exhausted or the deadline has passed.
-    fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>>;
-
-    /// [`Summarizer::summarize`], given the system messages that precede the old part
-    /// (never summarized; an LLM reads them to understand the conversation), the model
-    /// the session asks for (`session_settings.model`; `None` for `LLM_MODEL`) and the
-    /// request's `instructions` (the focus the operator or the agent asked this summary
-    /// to have, with who wrote them; docs/protocol.md, "Forced compactions"). A summarizer that has no use
-    /// for them keeps this default.
-    ///
-    /// # Errors
-    /// As [`Summarizer::summarize`].
-    fn summarize_in_context<'a>(
+    fn summarize<'a>(
         &'a self,
-        context: &'a [Message],
-        old: &'a [Message],
-        model: Option<&'a str>,
-        instructions: Option<&'a Instructions>,
-    ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        let _ = (context, model, instructions);
-        self.summarize(old)
-    }
+        request: SummaryRequest<'a>,
+    ) -> BoxFuture<'a, Result<Summary, LlmError>>;
 
-    /// A second attempt at [`Summarizer::summarize_in_context`], told which facts of
-    /// `old` a first summary did not state (`missing`: each identifier with the statement
-    /// it was said in, in order of first appearance; the summarizer lists as many as its
-    /// request has room for).
-    ///
-    /// `None` when this summarizer cannot do better than it did: the default, right for
-    /// a deterministic one (the extractive summarizer would answer the same).
-    ///
-    /// # Errors
-    /// As [`Summarizer::summarize`]; the caller keeps the first summary.
-    fn summarize_keeping<'a>(
-        &'a self,
-        context: &'a [Message],
-        old: &'a [Message],
-        model: Option<&'a str>,
-        instructions: Option<&'a Instructions>,
-        missing: &'a [MissingFact],
-    ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
-        let _ = (context, old, model, instructions, missing);
-        None
+    /// Whether a second attempt, told the facts a first summary did not state
+    /// ([`SummaryRequest::again`]), may write a better one: `false` (the default) for a
+    /// deterministic summarizer, which would answer the same, so the fact check does not
+    /// ask.
+    fn can_do_better(&self) -> bool {
+        false
     }
 }

@@ -36,7 +36,7 @@ use crate::store::{
     Applied, ClearedRow, CommitError, CounterReader, Counters, Loaded, NewSummary, SharedStore,
     StoreError,
 };
-use crate::summarizer::Summarizer;
+use crate::summarizer::{Summarizer, SummaryRequest};
 use crate::summary;
 use crate::summary::Summary;
 
@@ -674,14 +674,7 @@ impl Worker {
         plan: &Plan,
     ) -> Result<(Summary, String), Outcome> {
         let asked = Instant::now();
-        let summarized = (self.summarizer)
-            .summarize_in_context(
-                &plan.context,
-                &plan.old,
-                plan.model.as_deref(),
-                plan.instructions.as_ref(),
-            )
-            .await;
+        let summarized = self.summarizer.summarize(plan.request()).await;
         self.metrics.llm_took(asked.elapsed().as_secs_f64());
         let summary = summarized.map_err(|e| {
             self.metrics.llm_failed(e.metric_cause());
@@ -908,6 +901,17 @@ struct Plan {
 }
 
 impl Plan {
+    /// What the summarizer is asked for a first summary of the old part.
+    fn request(&self) -> SummaryRequest<'_> {
+        SummaryRequest {
+            old: &self.old,
+            context: &self.context,
+            model: self.model.as_deref(),
+            instructions: self.instructions.as_ref(),
+            missing: &[],
+        }
+    }
+
     /// The commit's record of a clearing alone, for `event` under the lease `owner`.
     fn clearing_only<'a>(
         &'a self,

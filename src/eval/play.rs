@@ -19,7 +19,7 @@ use crate::config::{FactCheck, Limits};
 use crate::fact_check::{self, Checked};
 use crate::facts::{FactSet, contains_word};
 use crate::message::{Message, Role, char_count};
-use crate::summarizer::Summarizer;
+use crate::summarizer::{Summarizer, SummaryRequest};
 use crate::{planner, summary};
 
 /// What one compaction did, and what the agent knew after it.
@@ -194,8 +194,13 @@ async fn summarize(
             .map(|text| (summary, text))
             .map_err(|e| e.to_string())
     };
+    let request = SummaryRequest {
+        old,
+        context,
+        ..SummaryRequest::default()
+    };
     let (summary, text) = summarizer
-        .summarize_in_context(context, old, None, None)
+        .summarize(request)
         .await
         .map_err(|e| e.to_string())
         .and_then(check)?;
@@ -205,9 +210,10 @@ async fn summarize(
         return Ok(text);
     }
     let missing = facts.said_in(old, &recall.missing, crate::prompt::MAX_LISTED_FACTS);
-    let Some(again) = summarizer.summarize_keeping(context, old, None, None, &missing) else {
+    if !summarizer.can_do_better() {
         return Ok(text);
-    };
+    }
+    let again = summarizer.summarize(request.again(&missing));
     play.fact_retries += 1;
     let first = Checked {
         summary,

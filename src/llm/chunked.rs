@@ -31,11 +31,10 @@ use super::chat::{Chat, ChatRequest};
 use super::chunks;
 use super::tokens;
 use crate::config::LlmSettings;
-use crate::facts::MissingFact;
 use crate::message::Message;
 use crate::prompt::{MissingFacts, Prompt, Transcript};
 use crate::protocol::Instructions;
-use crate::summarizer::{LlmError, Summarizer};
+use crate::summarizer::{LlmError, Summarizer, SummaryRequest};
 use crate::summary::Summary;
 
 /// Context-length errors survived in one summarization before it fails: 0.7^4 is about
@@ -227,37 +226,22 @@ impl LlmSummarizer {
 }
 
 impl Summarizer for LlmSummarizer {
-    fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_all(&[], old, (None, None), None).boxed()
-    }
-
-    fn summarize_in_context<'a>(
+    /// A second attempt (`missing` facts given) is the whole summarization again (a
+    /// model told what it lost may write differently from the first chunk on, and the
+    /// first pass's running summaries are gone), with the identifiers listed after the
+    /// transcript of the last request, which writes the summary.
+    fn summarize<'a>(
         &'a self,
-        context: &'a [Message],
-        old: &'a [Message],
-        model: Option<&'a str>,
-        instructions: Option<&'a Instructions>,
+        request: SummaryRequest<'a>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        (self.summarize_all(context, old, (model, instructions), None)).boxed()
+        let missing = (!request.missing.is_empty())
+            .then(|| MissingFacts::of(request.missing, self.max_input_tokens));
+        let asked = (request.model, request.instructions);
+        (self.summarize_all(request.context, request.old, asked, missing)).boxed()
     }
 
-    /// The whole summarization again (a model told what it lost may write differently
-    /// from the first chunk on, and the first pass's running summaries are gone), with
-    /// the identifiers listed after the transcript of the last request, which writes the
-    /// summary.
-    fn summarize_keeping<'a>(
-        &'a self,
-        context: &'a [Message],
-        old: &'a [Message],
-        model: Option<&'a str>,
-        instructions: Option<&'a Instructions>,
-        missing: &'a [MissingFact],
-    ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
-        let missing = MissingFacts::of(missing, self.max_input_tokens);
-        Some(
-            self.summarize_all(context, old, (model, instructions), Some(missing))
-                .boxed(),
-        )
+    fn can_do_better(&self) -> bool {
+        true
     }
 }
 

@@ -11,11 +11,8 @@ use std::sync::Arc;
 use futures_util::future::{BoxFuture, FutureExt};
 
 use crate::extractive::Extractive;
-use crate::facts::MissingFact;
-use crate::message::Message;
 use crate::metrics::Metrics;
-use crate::protocol::Instructions;
-use crate::summarizer::{LlmError, Summarizer};
+use crate::summarizer::{LlmError, Summarizer, SummaryRequest};
 use crate::summary;
 use crate::summary::Summary;
 
@@ -35,19 +32,10 @@ impl Fallback {
         }
     }
 
-    async fn summarize_with(
-        &self,
-        context: &[Message],
-        old: &[Message],
-        model: Option<&str>,
-        instructions: Option<&Instructions>,
-    ) -> Result<Summary, LlmError> {
-        let reason = match (self.llm)
-            .summarize_in_context(context, old, model, instructions)
-            .await
-        {
+    async fn summarize_with(&self, request: SummaryRequest<'_>) -> Result<Summary, LlmError> {
+        let reason = match self.llm.summarize(request).await {
             Ok(summary) => {
-                let replaced: i64 = old.iter().map(|m| m.chars).sum();
+                let replaced: i64 = request.old.iter().map(|m| m.chars).sum();
                 match summary::accept(&summary.text, replaced, self.max_chars) {
                     Ok(_) => return Ok(summary),
                     Err(rejected) => {
@@ -65,8 +53,12 @@ impl Fallback {
             error = %reason,
             "LLM summarization failed, compacting with the extractive summarizer"
         );
+        let extractive = SummaryRequest {
+            model: None,
+            ..request
+        };
         let mut summary = Extractive::new(self.max_chars as usize)
-            .summarize_in_context(context, old, None, instructions)
+            .summarize(extractive)
             .await?;
         summary.fallback_reason = Some(reason);
         Ok(summary)
@@ -74,46 +66,36 @@ impl Fallback {
 }
 
 impl Summarizer for Fallback {
-    fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_with(&[], old, None, None).boxed()
-    }
-
-    fn summarize_in_context<'a>(
+    /// A second attempt is the LLM's own, with no fallback: it is asked only when the
+    /// LLM wrote the first summary, which stays if this fails.
+    fn summarize<'a>(
         &'a self,
-        context: &'a [Message],
-        old: &'a [Message],
-        model: Option<&'a str>,
-        instructions: Option<&'a Instructions>,
+        request: SummaryRequest<'a>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.summarize_with(context, old, model, instructions)
-            .boxed()
+        if request.missing.is_empty() {
+            self.summarize_with(request).boxed()
+        } else {
+            self.llm.summarize(request)
+        }
     }
 
-    /// The LLM's own second attempt, with no fallback: it is asked only when the LLM
-    /// wrote the first summary, which stays if this fails.
-    fn summarize_keeping<'a>(
-        &'a self,
-        context: &'a [Message],
-        old: &'a [Message],
-        model: Option<&'a str>,
-        instructions: Option<&'a Instructions>,
-        missing: &'a [MissingFact],
-    ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
-        (self.llm).summarize_keeping(context, old, model, instructions, missing)
+    fn can_do_better(&self) -> bool {
+        self.llm.can_do_better()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Role;
+    use crate::facts::MissingFact;
+    use crate::message::{Message, Role};
 
     struct Answers(Result<Summary, fn() -> LlmError>);
 
     impl Summarizer for Answers {
         fn summarize<'a>(
             &'a self,
-            _old: &'a [Message],
+            _request: SummaryRequest<'a>,
         ) -> BoxFuture<'a, Result<Summary, LlmError>> {
             futures_util::future::ready(self.0.clone().map_err(|e| e())).boxed()
         }
@@ -142,7 +124,10 @@ mod tests {
             cause: "HTTP 503: upstream down".into(),
             retry_after: None,
         };
-        let summary = fallback(Err(down)).summarize(&old()).await.unwrap();
+        let summary = fallback(Err(down))
+            .summarize(SummaryRequest::of(&old()))
+            .await
+            .unwrap();
         assert_eq!(summary.model, "extractive");
         assert_eq!(
             summary.fallback_reason.as_deref(),
@@ -162,7 +147,10 @@ mod tests {
             model: "m".into(),
             ..Summary::default()
         };
-        let summary = fallback(Ok(unusable)).summarize(&old()).await.unwrap();
+        let summary = fallback(Ok(unusable))
+            .summarize(SummaryRequest::of(&old()))
+            .await
+            .unwrap();
         assert_eq!(summary.model, "extractive");
         let reason = summary.fallback_reason.unwrap();
         assert!(reason.contains("lacks the heading"), "{reason}");
@@ -174,22 +162,15 @@ mod tests {
     impl Summarizer for FailsAgain {
         fn summarize<'a>(
             &'a self,
-            _old: &'a [Message],
+            request: SummaryRequest<'a>,
         ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-            futures_util::future::ready(Err(LlmError::Invalid("unused".into()))).boxed()
+            let values: Vec<&str> = request.missing.iter().map(|f| f.value.as_str()).collect();
+            let error = LlmError::Invalid(format!("asked to keep {}", values.join(", ")));
+            futures_util::future::ready(Err(error)).boxed()
         }
 
-        fn summarize_keeping<'a>(
-            &'a self,
-            _context: &'a [Message],
-            _old: &'a [Message],
-            _model: Option<&'a str>,
-            _instructions: Option<&'a Instructions>,
-            missing: &'a [MissingFact],
-        ) -> Option<BoxFuture<'a, Result<Summary, LlmError>>> {
-            let values: Vec<&str> = missing.iter().map(|f| f.value.as_str()).collect();
-            let error = LlmError::Invalid(format!("asked to keep {}", values.join(", ")));
-            Some(futures_util::future::ready(Err(error)).boxed())
+        fn can_do_better(&self) -> bool {
+            true
         }
     }
 
@@ -201,9 +182,10 @@ mod tests {
         }];
         let over_llm = Fallback::new(Box::new(FailsAgain), Arc::new(Metrics::default()), 6_000);
 
+        let old = old();
+        assert!(over_llm.can_do_better());
         let again = over_llm
-            .summarize_keeping(&[], &old(), None, None, &missing)
-            .expect("the LLM can do better")
+            .summarize(SummaryRequest::of(&old).again(&missing))
             .await;
 
         let error = again.expect_err("no extractive summary stands in");
@@ -212,11 +194,7 @@ mod tests {
             "invalid response: asked to keep orders-db"
         );
         let unable = fallback(Err(|| LlmError::Invalid("down".into())));
-        assert!(
-            unable
-                .summarize_keeping(&[], &old(), None, None, &missing)
-                .is_none()
-        );
+        assert!(!unable.can_do_better());
     }
 
     #[tokio::test]
@@ -227,7 +205,10 @@ mod tests {
             prompt_version: Some("default-v2".into()),
             ..Summary::default()
         };
-        let summary = fallback(Ok(good.clone())).summarize(&old()).await.unwrap();
+        let summary = fallback(Ok(good.clone()))
+            .summarize(SummaryRequest::of(&old()))
+            .await
+            .unwrap();
         assert_eq!(summary, good);
     }
 }

@@ -129,15 +129,10 @@ impl Worker {
             &first.recall.missing,
             crate::prompt::MAX_LISTED_FACTS,
         );
-        let Some(again) = self.summarizer.summarize_keeping(
-            &plan.context,
-            &plan.old,
-            plan.model.as_deref(),
-            plan.instructions.as_ref(),
-            &missing,
-        ) else {
+        if !self.summarizer.can_do_better() {
             return (first, None);
-        };
+        }
+        let again = self.summarizer.summarize(plan.request().again(&missing));
         let total = first.recall.total;
         tracing::info!(
             "[{rid}] summarizer: the summary stated {} of {total} identifiers, below \

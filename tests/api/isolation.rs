@@ -10,10 +10,9 @@ use futures_util::future::{BoxFuture, FutureExt};
 use serde_json::json;
 use summarizer::client::{Decision, TurnClient};
 use summarizer::extractive::Extractive;
-use summarizer::message::Message;
 use summarizer::outcome::{Reason, Status};
 use summarizer::protocol::Reply;
-use summarizer::summarizer::{LlmError, Summarizer};
+use summarizer::summarizer::{LlmError, Summarizer, SummaryRequest};
 use summarizer::summary::Summary;
 use tokio::task::JoinHandle;
 use wiremock::matchers::method;
@@ -30,13 +29,16 @@ struct PanicsOnce {
 }
 
 impl Summarizer for PanicsOnce {
-    fn summarize<'a>(&'a self, old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
+    fn summarize<'a>(
+        &'a self,
+        request: SummaryRequest<'a>,
+    ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         async move {
-            let marked = old.iter().any(|m| m.content.contains(self.marker));
+            let marked = request.old.iter().any(|m| m.content.contains(self.marker));
             if marked && !self.panicked.swap(true, Ordering::SeqCst) {
                 panic!("the summarizer tripped over {}", self.marker);
             }
-            Extractive::default().summarize(old).await
+            Extractive::default().summarize(request).await
         }
         .boxed()
     }

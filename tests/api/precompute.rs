@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use futures_util::future::{BoxFuture, join_all};
 use serde_json::Value;
-use summarizer::message::Message;
 use summarizer::outcome::{Reason, Status};
-use summarizer::summarizer::{LlmError, Summarizer};
+use summarizer::summarizer::{LlmError, Summarizer, SummaryRequest};
 use summarizer::summary::Summary;
 
 use crate::fixtures::WorkerProcess;
@@ -541,7 +540,7 @@ async fn a_worker_killed_during_a_precompute_leaves_no_pending_row_and_the_sessi
 struct Panicking;
 
 impl Summarizer for Panicking {
-    fn summarize<'a>(&'a self, _: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
+    fn summarize<'a>(&'a self, _: SummaryRequest<'a>) -> BoxFuture<'a, Result<Summary, LlmError>> {
         Box::pin(async { panic!("summarizer bug") })
     }
 }

@@ -4,6 +4,7 @@ use super::*;
 use crate::facts::MissingFact;
 use crate::message::Role;
 use crate::prompt;
+use crate::summarizer::SummaryRequest;
 
 const SUMMARY: &str = "**Investigating:** checkout 502s\n**Key findings:**\n- pool at 100/100\n**Ruled out:** DNS\n**Current state:** raising the pool";
 
@@ -107,7 +108,10 @@ async fn an_old_part_that_fits_goes_as_one_request_as_before() {
     let (fake, requests) = Fake::new(100_000);
     let old = history(3, 200);
 
-    let summary = summarizer(fake, 100_000).summarize(&old).await.unwrap();
+    let summary = summarizer(fake, 100_000)
+        .summarize(SummaryRequest::of(&old))
+        .await
+        .unwrap();
 
     assert_eq!(summary.text, SUMMARY);
     let requests = requests.lock().unwrap();
@@ -126,7 +130,10 @@ async fn a_large_old_part_goes_in_chunks_that_fit_oldest_first_with_the_summary_
     let (fake, requests) = Fake::new(2_000);
     let old = history(60, 600);
 
-    let summary = summarizer(fake, 2_000).summarize(&old).await.unwrap();
+    let summary = summarizer(fake, 2_000)
+        .summarize(SummaryRequest::of(&old))
+        .await
+        .unwrap();
 
     assert_eq!(summary.text, SUMMARY);
     let requests = requests.lock().unwrap();
@@ -157,7 +164,10 @@ async fn a_message_larger_than_a_chunk_is_clipped_with_the_marker() {
     let mut old = history(2, 100);
     old.insert(2, msg(Role::Tool, dump));
 
-    summarizer(fake, 3_000).summarize(&old).await.unwrap();
+    summarizer(fake, 3_000)
+        .summarize(SummaryRequest::of(&old))
+        .await
+        .unwrap();
 
     let requests = requests.lock().unwrap();
     let clipped: Vec<_> = requests
@@ -175,7 +185,9 @@ async fn a_budget_over_the_models_context_shrinks_until_it_fits() {
     let (fake, requests) = Fake::new(2_500);
     let old = history(40, 600);
 
-    let summary = summarizer(fake, 5_000).summarize(&old).await;
+    let summary = summarizer(fake, 5_000)
+        .summarize(SummaryRequest::of(&old))
+        .await;
 
     assert_eq!(summary.unwrap().text, SUMMARY);
     let requests = requests.lock().unwrap();
@@ -188,7 +200,10 @@ async fn a_model_whose_context_never_fits_fails_after_a_few_shrinks() {
     let (fake, requests) = Fake::new(100);
     let old = history(40, 600);
 
-    let error = summarizer(fake, 5_000).summarize(&old).await.unwrap_err();
+    let error = summarizer(fake, 5_000)
+        .summarize(SummaryRequest::of(&old))
+        .await
+        .unwrap_err();
 
     assert!(matches!(error, LlmError::ContextLength(_)), "{error}");
     // The first try and one per shrink, or fewer once no room is left.
@@ -203,7 +218,10 @@ async fn the_deadline_bounds_the_whole_summarization_not_each_request() {
     let summarizer =
         LlmSummarizer::with_budget(Box::new(fake), 2_000, 200, Duration::from_millis(3_500));
 
-    let error = summarizer.summarize(&old).await.unwrap_err();
+    let error = summarizer
+        .summarize(SummaryRequest::of(&old))
+        .await
+        .unwrap_err();
 
     assert!(error.is_transient(), "{error}");
     assert!(
@@ -248,9 +266,13 @@ async fn a_second_attempt_lists_the_missing_identifiers_after_the_transcript() {
     let (fake, requests) = Fake::new(100_000);
     let old = history(3, 200);
 
+    let missing = missing();
+    let request = SummaryRequest {
+        model: Some("gpt-test"),
+        ..SummaryRequest::of(&old)
+    };
     let summary = summarizer(fake, 100_000)
-        .summarize_keeping(&[], &old, Some("gpt-test"), None, &missing())
-        .expect("an LLM can do better")
+        .summarize(request.again(&missing))
         .await
         .unwrap();
 
@@ -291,9 +313,9 @@ async fn in_chunks_only_the_last_request_lists_them_and_every_request_fits() {
     let (fake, requests) = Fake::new(2_000);
     let old = history(60, 600);
 
+    let missing = missing();
     summarizer(fake, 2_000)
-        .summarize_keeping(&[], &old, None, None, &missing())
-        .expect("an LLM can do better")
+        .summarize(SummaryRequest::of(&old).again(&missing))
         .await
         .unwrap();
 
@@ -320,8 +342,7 @@ async fn a_long_list_of_missing_identifiers_is_cut_to_leave_a_small_budget_its_r
         .collect();
 
     summarizer(fake, 2_000)
-        .summarize_keeping(&[], &old, None, None, &missing)
-        .expect("an LLM can do better")
+        .summarize(SummaryRequest::of(&old).again(&missing))
         .await
         .expect("the list leaves the transcript room");
 
@@ -341,7 +362,10 @@ async fn a_chunk_answer_cut_off_is_asked_again_shorter_with_more_room_never_take
     fake.cut_off = 1;
     let old = history(60, 600);
 
-    let summary = summarizer(fake, 2_000).summarize(&old).await.unwrap();
+    let summary = summarizer(fake, 2_000)
+        .summarize(SummaryRequest::of(&old))
+        .await
+        .unwrap();
 
     assert_eq!(summary.text, SUMMARY);
     let requests = requests.lock().unwrap();
@@ -366,7 +390,10 @@ async fn answers_always_cut_off_fail_as_truncated_after_a_few_tries() {
     fake.cut_off = usize::MAX;
     let old = history(3, 200);
 
-    let error = summarizer(fake, 100_000).summarize(&old).await.unwrap_err();
+    let error = summarizer(fake, 100_000)
+        .summarize(SummaryRequest::of(&old))
+        .await
+        .unwrap_err();
 
     assert!(matches!(error, LlmError::Truncated(_)), "{error}");
     assert_eq!(error.metric_cause(), "truncated");

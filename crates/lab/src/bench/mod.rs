@@ -35,10 +35,9 @@ use summarizer::client::{Decision, TurnClient};
 use summarizer::config::{Limits, Settings, ToolOutputs};
 use summarizer::llm::LlmSummarizer;
 use summarizer::llm::chat::{Chat, ChatRequest};
-use summarizer::message::Message;
 use summarizer::outcome::{Compaction, Outcome, Reason, Status};
 use summarizer::store::{PgStore, SharedStore};
-use summarizer::summarizer::{LlmError, Summarizer};
+use summarizer::summarizer::{LlmError, Summarizer, SummaryRequest};
 use summarizer::summary::Summary;
 use summarizer::worker::{Event, Policy, Worker};
 
@@ -551,7 +550,10 @@ async fn stats_at_scale(db: &Scratch, events: usize) -> anyhow::Result<Measureme
 struct Instant;
 
 impl Summarizer for Instant {
-    fn summarize<'a>(&'a self, _old: &'a [Message]) -> BoxFuture<'a, Result<Summary, LlmError>> {
+    fn summarize<'a>(
+        &'a self,
+        _request: SummaryRequest<'a>,
+    ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         futures_util::future::ready(Ok(Summary {
             text: "**Investigating:** bench\n**Key findings:**\n- none\n**Ruled out:** nothing ruled out yet\n**Current state:** benchmarking".into(),
             model: "instant".into(),
@@ -573,7 +575,7 @@ impl Chat for InstantChat {
         _request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        Instant.summarize(&[])
+        Instant.summarize(SummaryRequest::default())
     }
 }
 
