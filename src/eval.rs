@@ -101,7 +101,7 @@ pub async fn run(settings: Settings, args: EvalArgs) -> anyhow::Result<()> {
             }
             llm_settings.provider = provider;
         }
-        crate::llm::tokens::ensure_loaded().await;
+        crate::compaction::tokens::ensure_loaded().await;
         let label = format!("{} ({})", provider.as_str(), llm_settings.model);
         summarizers.push((label, llm::from_settings(&llm_settings, metrics.clone())?));
     }

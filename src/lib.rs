@@ -6,23 +6,25 @@
 //! `docs/protocol.md` for the contract and README.md for running it.
 //!
 //! # Layout
-//! Each module imports only modules listed before it here (a unit test,
-//! `layering::no_module_imports_one_that_imports_it_back`, holds the crate to it). The
-//! pure core first (no I/O):
+//! Each module imports only modules listed before it here, and at every depth no module
+//! imports a sibling that imports it back (a unit test, `layering`, holds the crate to
+//! both). The pure core first (no I/O):
 //! - [`message`]: a session's messages, as the public `messages` table holds them.
 //! - [`outcome`]: what happened to an event: the vocabulary of replies, logs and tests;
 //!   [`protocol`]: the wire request and reply, with validation. Both come from the
 //!   `summarizer-client` crate, which agents embed, so the two sides share one contract.
-//! - [`summary`]: the summary record, the seed's template and [`summary::accept`], which
-//!   every summary passes; [`facts`]: the identifiers a summary must keep, and its recall
-//!   of them; [`prompt`]: what an LLM is asked.
+//! - [`summary`]: the summary record, the seed's template, [`summary::accept`], which
+//!   every summary passes, and [`summary::finish`], which gives it its last line;
+//!   [`facts`]: the identifiers a summary must keep, and its recall of them; [`prompt`]:
+//!   what an LLM is asked.
 //! - [`config`]: typed settings from the environment, `.env` and a file, validated once.
-//! - [`planner`]: which oldest messages a compaction replaces; [`clearing`]: which old
-//!   tool results it clears first; [`overrides`]: the limits one event runs with
-//!   (request, then session, then configuration, clamped).
+//! - [`overrides`]: the limits one event runs with (request, then session, then
+//!   configuration, clamped).
 //! - [`fact_check`]: what is done about a summary that lost facts.
 //! - [`summarizer`]: the interface every summarizer implements; [`extractive`]: the
 //!   offline one, which needs no key.
+//! - [`compaction`]: the pure steps of one compaction: the split, clearing, token counts,
+//!   the plan, and the record the store commits with the usage event's metadata.
 //!
 //! Then the edges that wrap it:
 //! - [`telemetry`]: logs, with secrets scrubbed and text-log escaping; [`metrics`]: the
@@ -47,12 +49,19 @@
 //!
 //! The benchmark, the chaos run and the fakes live in the `summarizer-lab` crate
 //! (`crates/lab`), which never ships with the worker.
+//!
+//! # Files
+//! A module is one file (`message.rs`) until it needs a second: its submodules, or its
+//! unit tests once they would push it past a few hundred lines. It is then a folder
+//! whose `mod.rs` is the module (`worker/mod.rs`, `compaction/split/mod.rs`) and whose
+//! unit tests are `tests.rs` beside it. Unit tests otherwise end the module's file, in
+//! `#[cfg(test)] mod tests`.
 
 pub mod app;
 pub mod audit;
-pub mod clearing;
 pub mod cli;
 pub mod client;
+pub mod compaction;
 pub mod config;
 pub mod demo;
 pub mod eval;
@@ -66,7 +75,6 @@ pub mod message;
 pub mod metrics;
 pub mod outcome;
 pub mod overrides;
-pub mod planner;
 pub mod prompt;
 pub mod protocol;
 pub mod recall;

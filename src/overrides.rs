@@ -231,6 +231,25 @@ impl Change {
 #[error("{0}")]
 pub struct InvalidSetting(pub String);
 
+/// The limits one event runs with, for a session of `total_chars` chars whose last
+/// compaction measured `chars_per_token`: [`limits`], then its token threshold
+/// ([`threshold_tokens`], configured as `threshold_tokens`) applied to the session's
+/// tokens ([`session_tokens`]) by [`with_token_threshold`].
+pub fn for_event(
+    (configured, threshold_tokens): (Limits, i64),
+    bounds: Bounds,
+    session: &SessionSettings,
+    request: Overrides,
+    (total_chars, chars_per_token): (i64, Option<f64>),
+) -> Limits {
+    with_token_threshold(
+        limits(configured, bounds, session, request),
+        total_chars,
+        session_tokens(total_chars, chars_per_token, request.context_tokens),
+        self::threshold_tokens(threshold_tokens, bounds, session, request),
+    )
+}
+
 /// The limits one event runs with: value by value, the request's, else the session's
 /// (each clamped to `bounds`), else the configured one.
 ///

@@ -1,5 +1,6 @@
 //! A summary: the record a summarizer produces ([`Summary`]), the seed's template it
-//! follows, and [`accept`], which every summary passes before it is written.
+//! follows, [`accept`], which every summary passes, and [`finish`], which gives it the
+//! worker's own last line before it is written: the summary text is made here alone.
 
 use crate::message::char_count;
 
@@ -96,6 +97,35 @@ pub fn accept(text: &str, replaced_chars: i64, max_chars: i64) -> Result<String,
     Ok(text.to_owned())
 }
 
+/// How the recall note of a summary starts.
+pub const RECALL_NOTE_START: &str = "[Recall:";
+
+/// The accepted `summary` (see [`accept`]) as it is written: with a last line that tells
+/// the model reading it that the messages it replaced are archived and can be recalled
+/// (docs/protocol.md, "Recall"): their number and seqs, which a fetch names. The
+/// template's sections come first, untouched. The note is an aid, not part of what was
+/// checked: when it would take the summary past `max_chars` (`SUMMARY_MAX_CHARS`) or to
+/// the length of the `replaced_chars` it replaces, the summary goes without it.
+pub fn finish(
+    summary: String,
+    removed_seqs: &[i64],
+    replaced_chars: i64,
+    max_chars: i64,
+) -> String {
+    let (Some(first), Some(last)) = (removed_seqs.first(), removed_seqs.last()) else {
+        return summary;
+    };
+    let noted = format!(
+        "{summary}\n\n{RECALL_NOTE_START} the {} messages this summary replaced (seq {first} to \
+         {last}) are archived: search them, or fetch one by its seq, with recall.]",
+        removed_seqs.len()
+    );
+    if char_count(&noted) > max_chars || char_count(&noted) >= replaced_chars {
+        return summary;
+    }
+    noted
+}
+
 /// Models often wrap an answer in a Markdown code fence; the fence is not the summary.
 fn strip_fence(text: &str) -> &str {
     let Some(inner) = text.strip_prefix("```") else {
@@ -145,6 +175,24 @@ mod tests {
                 replaced_chars: n
             })
         );
+    }
+
+    #[test]
+    fn the_recall_note_names_the_seqs_unless_it_would_not_fit() {
+        let summary = "**Investigating:** x".to_owned();
+        let noted = finish(summary.clone(), &[4, 5, 9], 10_000, 6_000);
+        assert!(noted.starts_with(&format!("{summary}\n\n{RECALL_NOTE_START}")));
+        assert!(noted.contains("the 3 messages this summary replaced (seq 4 to 9)"));
+        let chars = noted.chars().count() as i64;
+        // At exactly SUMMARY_MAX_CHARS it fits; a char less and the summary goes alone,
+        // as it does when the note would make it as long as what it replaced.
+        assert_eq!(finish(summary.clone(), &[4, 5, 9], 10_000, chars), noted);
+        assert_eq!(
+            finish(summary.clone(), &[4, 5, 9], 10_000, chars - 1),
+            summary
+        );
+        assert_eq!(finish(summary.clone(), &[4, 5, 9], chars, 6_000), summary);
+        assert_eq!(finish(summary.clone(), &[], 10_000, 6_000), summary);
     }
 
     #[test]

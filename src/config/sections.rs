@@ -457,7 +457,7 @@ impl Precompute {
     }
 }
 
-/// Clearing old tool output before a summary (`TOOL_OUTPUT_*`; see `crate::clearing`).
+/// Clearing old tool output before a summary (`TOOL_OUTPUT_*`; see `crate::compaction::clearing`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolOutputs {
     /// `TOOL_OUTPUT_CLEARING`: whether a compaction clears first, unless the session or

@@ -15,12 +15,13 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::corpus::{Scenario, Statement};
+use crate::compaction::split;
 use crate::config::{FactCheck, Limits};
 use crate::fact_check::{self, Checked};
 use crate::facts::{FactSet, contains_word};
 use crate::message::{Message, Role, char_count};
 use crate::summarizer::{Summarizer, SummaryRequest};
-use crate::{planner, summary};
+use crate::summary;
 
 /// What one compaction did, and what the agent knew after it.
 #[derive(Clone, Debug, Serialize)]
@@ -123,7 +124,7 @@ pub async fn play(
     let mut play = Play::default();
     for played in &scenario.messages {
         if played.message.role == Role::Assistant
-            && let Ok(split) = planner::plan(&session, limits)
+            && let Ok(split) = split::plan(&session, limits)
         {
             let old: Vec<Message> = split.removed(&session).cloned().collect();
             let context: Vec<Message> = (session[..split.cut].iter())

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::chat::{Chat, ChatRequest};
 use super::chunks;
-use super::tokens;
+use crate::compaction::tokens;
 use crate::config::LlmSettings;
 use crate::message::Message;
 use crate::prompt::{MissingFacts, Prompt, Transcript};

@@ -15,7 +15,6 @@ mod fallback;
 mod http;
 mod openai;
 mod retry;
-pub mod tokens;
 
 use std::sync::Arc;
 

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::compaction::{CountedAt, Loaded, Record};
 use crate::config::Limits;
 use crate::message::Message;
 use crate::outcome::Reason;
@@ -36,10 +37,10 @@ pub mod sqlite;
 
 pub use batch::CounterReader;
 pub use model::{
-    Applied, ClearedRow, CommitError, Committed, CompactionView, CountedAt, CounterDrift, Counters,
-    Day, DeadLetter, Discard, Finding, Invariant, Loaded, NewDeadLetter, NewSummary, NotRestored,
-    NotRestoredReason, Pruned, RecallQuery, RestoreError, Restored, Saved, SessionCounts,
-    SessionView, SettingsError, Stats, StatsReport, StoreError, Totals, is_unreachable,
+    Applied, CommitError, Committed, CompactionView, CounterDrift, Counters, Day, DeadLetter,
+    Discard, Finding, Invariant, NewDeadLetter, NotRestored, NotRestoredReason, Pruned,
+    RecallQuery, RestoreError, Restored, Saved, SessionCounts, SessionView, SettingsError, Stats,
+    StatsReport, StoreError, Totals, is_unreachable,
 };
 pub use postgres::{PgStore, RecallBudget};
 pub use sqlite::SqliteStore;
@@ -178,7 +179,7 @@ pub trait Store: Send + Sync + fmt::Debug {
         &self,
         session_id: &str,
         owner: Option<&str>,
-        reason: &str,
+        reason: Reason,
         base: Duration,
         max: Duration,
     ) -> Result<(), StoreError>;
@@ -193,7 +194,7 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// # Errors
     /// [`CommitError::LeaseLost`] or [`CommitError::PrefixChanged`] when writing would be
     /// wrong; nothing is written in any case.
-    async fn commit(&self, summary: &NewSummary<'_>) -> Result<Committed, CommitError>;
+    async fn commit(&self, summary: &Record<'_>) -> Result<Committed, CommitError>;
 
     // Pending summaries (`pending.rs`): `SUMMARIZATION_PRECOMPUTE_AT`.
 
@@ -214,7 +215,7 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// older than `ttl` on the way.
     async fn save_pending(
         &self,
-        pending: &NewSummary<'_>,
+        pending: &Record<'_>,
         limits: Limits,
         ttl: Duration,
     ) -> Result<Saved, StoreError>;
@@ -288,7 +289,7 @@ pub trait Store: Send + Sync + fmt::Debug {
     // Stats (`stats.rs`).
 
     /// Counts a failure of `reason` for today in the rollup.
-    async fn count_failure(&self, reason: &str) -> Result<(), StoreError>;
+    async fn count_failure(&self, reason: Reason) -> Result<(), StoreError>;
 
     /// The aggregates behind `/stats`, with the last `days` days of series.
     async fn stats(&self, days: i32) -> Result<StatsReport, StoreError>;

@@ -12,14 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use summarizer_client::Recalled;
 
-use crate::fact_check::Figures;
+use crate::compaction::Loaded;
 use crate::message::{Message, Role};
 use crate::outcome::Reason;
 use crate::overrides::{InvalidSetting, SessionSettings};
-use crate::protocol::Instructions;
 
 // Errors, counters, the lease and the commit
 // ------------------------------------------
@@ -221,116 +219,19 @@ pub(super) struct LoadedRow {
     cleared: bool,
 }
 
-impl Loaded {
-    /// The history from its rows, in `seq` order.
-    pub(super) fn from_rows(rows: Vec<LoadedRow>) -> Result<Self, sqlx::Error> {
-        let mut loaded = Self {
-            messages: Vec::with_capacity(rows.len()),
-            fingerprints: Vec::with_capacity(rows.len()),
-            cleared: Vec::with_capacity(rows.len()),
-        };
-        for row in rows {
-            loaded.messages.push(row.message.try_into()?);
-            loaded.fingerprints.push(row.fingerprint);
-            loaded.cleared.push(row.cleared);
-        }
-        Ok(loaded)
+/// The history from its rows, in `seq` order.
+pub(super) fn loaded_from_rows(rows: Vec<LoadedRow>) -> Result<Loaded, sqlx::Error> {
+    let mut loaded = Loaded {
+        messages: Vec::with_capacity(rows.len()),
+        fingerprints: Vec::with_capacity(rows.len()),
+        cleared: Vec::with_capacity(rows.len()),
+    };
+    for row in rows {
+        loaded.messages.push(row.message.try_into()?);
+        loaded.fingerprints.push(row.fingerprint);
+        loaded.cleared.push(row.cleared);
     }
-}
-
-/// A session's history as the worker loaded it with the lease.
-#[derive(Clone, Debug, Default)]
-pub struct Loaded {
-    /// In `seq` order.
-    pub messages: Vec<Message>,
-    /// Each message's fingerprint as the database computed it at load, in the same order:
-    /// what the commit compares the rows it deletes with.
-    pub fingerprints: Vec<String>,
-    /// Whether each message is a tool result a compaction cleared (`cleared_by` set),
-    /// in the same order.
-    pub cleared: Vec<bool>,
-}
-
-impl Loaded {
-    /// The counters this history gives: what a skip planned on it is remembered with.
-    pub fn counted(&self) -> CountedAt {
-        CountedAt {
-            total_chars: self.messages.iter().map(|m| m.chars).sum(),
-            message_count: i64::try_from(self.messages.len()).unwrap_or(i64::MAX),
-        }
-    }
-}
-
-/// A session's total chars and message count at some point: see [`Loaded::counted`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CountedAt {
-    pub total_chars: i64,
-    pub message_count: i64,
-}
-
-/// Everything the commit transaction writes, planned before the LLM call.
-#[derive(Debug)]
-pub struct NewSummary<'a> {
-    pub session_id: &'a str,
-    pub lease_owner: &'a str,
-    /// The seq of the first kept message: everything older that is not `system` goes.
-    pub cut_seq: i64,
-    /// The removed messages' seqs, chars and fingerprints ([`Loaded::fingerprints`]),
-    /// oldest first, as planned.
-    pub removed_seqs: &'a [i64],
-    pub removed_chars: &'a [i64],
-    /// The seqs of the messages before the cut that stay in place besides system
-    /// messages: pinned messages and their tool-call partners (`planner::Split::kept`).
-    /// The commit removes every other non-system message before the cut, and gives up
-    /// when those are not exactly `removed_seqs`.
-    pub kept_seqs: &'a [i64],
-    pub removed_fingerprints: &'a [String],
-    pub text: &'a str,
-    pub model: &'a str,
-    /// The session's own model (`session_settings.model`), recorded in the usage event's
-    /// metadata as `requested_model` when set.
-    pub requested_model: Option<&'a str>,
-    pub prompt_tokens: Option<i64>,
-    pub completion_tokens: Option<i64>,
-    /// The prompt's version, when a prompt asked for the summary.
-    pub prompt_version: Option<&'a str>,
-    /// Why the fallback summarizer wrote it, when it did (`LLM_FALLBACK`).
-    pub fallback_reason: Option<&'a str>,
-    pub messages_kept: i64,
-    /// The tokenizer's count of the removed part, and of the summary.
-    pub tokens_removed: i64,
-    pub summary_tokens: i64,
-    /// The fact check's figures; `None` when `SUMMARY_FACT_CHECK=off`.
-    pub facts: Option<Figures>,
-    pub request_id: &'a str,
-    /// The durable job that asked for it, if one did ([`crate::worker::Event::job_id`]).
-    pub job_id: Option<&'a str>,
-    /// Time since the lease was taken, for the duration histogram.
-    pub duration_ms: i64,
-    /// `false` for a clearing alone: no prefix is removed (`removed_*` empty) and no
-    /// summary written (`text` empty).
-    pub summarized: bool,
-    /// The tool results cleared in place, in `seq` order (docs/compaction.md, "Clearing
-    /// old tool output").
-    pub cleared: &'a [ClearedRow],
-    /// The request forced it (`"force": true`): recorded as `forced` in the usage event.
-    pub forced: bool,
-    /// The request's focus for the summary, recorded as `instructions` in the usage
-    /// event, with who wrote them as `instructions_from`.
-    pub instructions: Option<&'a Instructions>,
-}
-
-/// A tool result a compaction clears in place: its row as it was loaded (the commit
-/// checks it is unchanged) and the placeholder that replaces its content.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClearedRow {
-    pub seq: i64,
-    pub chars: i64,
-    /// [`Loaded::fingerprints`]'s.
-    pub fingerprint: String,
-    pub placeholder: String,
-    /// Its chars less the placeholder's.
-    pub saved: i64,
+    Ok(loaded)
 }
 
 /// What a recall asks of a session's archive (`crate::recall` makes it from a request).
@@ -378,89 +279,6 @@ pub struct Committed {
     pub compaction_id: i64,
     /// The session had a pending summary, now dropped: its LLM call was wasted.
     pub superseded: bool,
-}
-
-impl NewSummary<'_> {
-    /// The usage event's metadata that describes the summary itself (tokens, prompt,
-    /// fallback, model asked for, facts), without the turn's figures: what a pending
-    /// summary stores for the turn that applies it.
-    pub fn summary_metadata(&self) -> serde_json::Value {
-        let mut metadata = json!({
-            "tokens_removed": self.tokens_removed,
-            "summary_tokens": self.summary_tokens,
-        });
-        if let Some(version) = self.prompt_version {
-            metadata["prompt_version"] = json!(version);
-        }
-        if let Some(reason) = self.fallback_reason {
-            metadata["fallback"] = json!(true);
-            metadata["fallback_reason"] = json!(reason);
-        }
-        if let Some(model) = self.requested_model {
-            metadata["requested_model"] = json!(model);
-        }
-        if let Some(facts) = &self.facts {
-            metadata["facts_total"] = json!(facts.total);
-            metadata["facts_kept"] = json!(facts.kept);
-            metadata["facts_stated"] = json!(facts.stated);
-            metadata["fact_retry"] = json!(facts.retry.is_some());
-            if let Some(outcome) = facts.retry {
-                metadata["fact_retry_outcome"] = json!(outcome.as_str());
-            }
-        }
-        metadata
-    }
-
-    /// The usage event's whole metadata: [`NewSummary::summary_metadata`] and the turn's
-    /// figures (what was removed and kept, the request, the duration).
-    pub fn event_metadata(&self) -> serde_json::Value {
-        let chars_removed: i64 = self.removed_chars.iter().sum();
-        let mut metadata = self.summary_metadata();
-        for (key, value) in [
-            ("summarization", json!(true)),
-            ("messages_removed", json!(self.removed_seqs.len())),
-            ("chars_removed", json!(chars_removed)),
-            ("messages_kept", json!(self.messages_kept)),
-            (
-                "summary_chars",
-                json!(crate::message::char_count(self.text)),
-            ),
-            ("request_id", json!(self.request_id)),
-            ("duration_ms", json!(self.duration_ms)),
-        ] {
-            metadata[key] = value;
-        }
-        if let Some(job_id) = self.job_id {
-            metadata["job_id"] = json!(job_id);
-        }
-        metadata["summarized"] = json!(self.summarized);
-        if self.forced {
-            metadata["forced"] = json!(true);
-        }
-        if let Some(instructions) = self.instructions {
-            metadata["instructions"] = json!(instructions.text);
-            metadata["instructions_from"] = json!(instructions.from.as_str());
-        }
-        if !self.cleared.is_empty() {
-            metadata["tool_outputs_cleared"] = json!(self.cleared.len());
-            metadata["chars_cleared"] = json!(self.chars_cleared());
-        }
-        metadata
-    }
-
-    /// The chars per token of what the summary removed (its chars over the tokenizer's
-    /// count of them), which the commit keeps as the session's `chars_per_token`; `None`
-    /// when nothing with a token was removed.
-    pub fn chars_per_token(&self) -> Option<f64> {
-        let chars: i64 = self.removed_chars.iter().sum();
-        (self.summarized && self.tokens_removed > 0 && chars > 0)
-            .then(|| chars as f64 / self.tokens_removed as f64)
-    }
-
-    /// The chars the clearing saves.
-    pub fn chars_cleared(&self) -> i64 {
-        self.cleared.iter().map(|c| c.saved).sum()
-    }
 }
 
 /// Whether `error` means the database could not be reached, or a SQLite file stayed

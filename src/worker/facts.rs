@@ -13,7 +13,8 @@ use std::sync::Arc;
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 
-use super::{Plan, Worker};
+use super::Worker;
+use crate::compaction::Plan;
 use crate::config::FactCheckMode;
 use crate::fact_check::{self, Checked, Figures, RetryOutcome};
 use crate::facts::{FactSet, Recall};

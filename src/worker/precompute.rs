@@ -31,7 +31,9 @@ use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{Event, Job, Worker, panic_message, plan_with_tokens};
+use super::compact::{elapsed_ms, plan_with_tokens};
+use super::{Event, Job, Worker, panic_message};
+use crate::compaction::Record;
 use crate::config::Limits;
 use crate::outcome::Outcome;
 
@@ -193,7 +195,12 @@ impl Worker {
                 return;
             }
         };
-        let pending = written.new_summary(event, owner, &plan, started);
+        let pending = Record::new(
+            &plan,
+            event.turn(owner),
+            Some(&written),
+            elapsed_ms(started),
+        );
         match self
             .store
             .save_pending(&pending, limits, precompute.ttl)

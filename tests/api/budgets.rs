@@ -4,7 +4,7 @@
 //! any request over its context with OpenAI's `context_length_exceeded`.
 
 use serde_json::{Value, json};
-use summarizer::llm::tokens;
+use summarizer::compaction::tokens;
 use summarizer::outcome::Status;
 use summarizer::summary::HEADINGS;
 use wiremock::matchers::{method, path};

@@ -252,11 +252,11 @@ pub fn unique_subject() -> String {
     format!("test.{:016x}.turn.starting", fastrand::u64(..))
 }
 
-/// A written summary without its recall note (`worker::with_recall_note`): what the
+/// A written summary without its recall note (`summary::finish`): what the
 /// summarizer wrote.
 pub fn without_note(written: &str) -> &str {
     written
-        .split_once(&format!("\n\n{}", summarizer::worker::RECALL_NOTE_START))
+        .split_once(&format!("\n\n{}", summarizer::summary::RECALL_NOTE_START))
         .map_or(written, |(summary, _)| summary)
 }
 

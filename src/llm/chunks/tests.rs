@@ -32,13 +32,13 @@ fn a_megabyte_tool_output_is_clipped_to_the_limit_with_its_ends_kept() {
         "START {} END",
         "14:01:07 ERROR pool exhausted ".repeat(35_000)
     );
-    let clipped = clip_to(&text, 2_000, crate::llm::tokens::count).unwrap();
-    assert!(crate::llm::tokens::count(&clipped) <= 2_000);
+    let clipped = clip_to(&text, 2_000, crate::compaction::tokens::count).unwrap();
+    assert!(crate::compaction::tokens::count(&clipped) <= 2_000);
     assert!(clipped.starts_with("START 14:01:07"), "{}", &clipped[..40]);
     assert!(clipped.ends_with("exhausted  END"));
     assert!(clipped.contains(" characters left out ...]"));
     // Most of the room is used: the guess is corrected, not just taken.
-    assert!(crate::llm::tokens::count(&clipped) > 1_500);
+    assert!(crate::compaction::tokens::count(&clipped) > 1_500);
 }
 
 #[test]

@@ -7,11 +7,12 @@ use sqlx::postgres::PgRow;
 use sqlx::{FromRow, Row};
 
 use super::PgStore;
+use crate::compaction::{CountedAt, Loaded, Record};
 use crate::message::Message;
 use crate::outcome::Reason;
-use crate::store::model::{LoadedRow, MessageRow, millis, rememberable};
+use crate::store::model::{LoadedRow, MessageRow, loaded_from_rows, millis, rememberable};
 use crate::store::sql::{RELEASE_LEASE, RELEASE_LEASE_REMEMBERING};
-use crate::store::{CommitError, Committed, CountedAt, Loaded, NewSummary, StoreError};
+use crate::store::{CommitError, Committed, StoreError};
 
 impl PgStore {
     /// Takes the session's lease for `owner` unless another owner holds an unexpired one,
@@ -107,7 +108,7 @@ impl PgStore {
         &self,
         session_id: &str,
         owner: Option<&str>,
-        reason: &str,
+        reason: Reason,
         base: Duration,
         max: Duration,
     ) -> Result<(), StoreError> {
@@ -132,7 +133,7 @@ impl PgStore {
         .bind(owner)
         .bind(millis(base))
         .bind(millis(max))
-        .bind(reason)
+        .bind(reason.as_str())
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -169,7 +170,7 @@ impl PgStore {
     /// [`CommitError::LeaseLost`] or [`CommitError::PrefixChanged`] when writing would be
     /// wrong, [`CommitError::RowBusy`] when an agent is writing a row it would change,
     /// [`CommitError::Store`] when the database fails; nothing is written in any case.
-    pub async fn commit(&self, summary: &NewSummary<'_>) -> Result<Committed, CommitError> {
+    pub async fn commit(&self, summary: &Record<'_>) -> Result<Committed, CommitError> {
         let mut tx = self.pool.begin().await?;
         // A clearing alone removes nothing: no seq is below the smallest.
         let cut_seq = if summary.summarized {
@@ -296,7 +297,7 @@ impl PgStore {
 /// statement then goes through, as docs/protocol.md promises ("Concurrent writes").
 async fn fence_and_lock(
     tx: &mut sqlx::PgConnection,
-    summary: &NewSummary<'_>,
+    summary: &Record<'_>,
     cut_seq: i64,
 ) -> Result<bool, CommitError> {
     let fenced = sqlx::query(
@@ -346,7 +347,7 @@ pub(super) fn is_lock_not_available(error: &sqlx::Error) -> bool {
 /// replaced: [`CommitError::PrefixChanged`] then.
 async fn clear_in_place(
     tx: &mut sqlx::PgConnection,
-    summary: &NewSummary<'_>,
+    summary: &Record<'_>,
     compaction_id: i64,
 ) -> Result<(), CommitError> {
     let seqs: Vec<i64> = summary.cleared.iter().map(|c| c.seq).collect();
@@ -411,5 +412,5 @@ pub(super) fn loaded_from(rows: &[PgRow]) -> Result<Option<Loaded>, StoreError> 
         .iter()
         .map(LoadedRow::from_row)
         .collect::<Result<Vec<LoadedRow>, _>>()?;
-    Ok(Some(Loaded::from_rows(rows)?))
+    Ok(Some(loaded_from_rows(rows)?))
 }

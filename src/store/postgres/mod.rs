@@ -20,11 +20,11 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 
 use super::{
-    Applied, Backend, CommitError, Committed, CountedAt, CounterDrift, Counters, DeadLetter,
-    Finding, Invariant, Loaded, NewDeadLetter, NewSummary, Pruned, RecallQuery, Recalled,
-    RestoreError, Restored, Saved, SessionView, SettingsError, StatsReport, Store, StoreError,
-    Totals,
+    Applied, Backend, CommitError, Committed, CounterDrift, Counters, DeadLetter, Finding,
+    Invariant, NewDeadLetter, Pruned, RecallQuery, Recalled, RestoreError, Restored, Saved,
+    SessionView, SettingsError, StatsReport, Store, StoreError, Totals,
 };
+use crate::compaction::{CountedAt, Loaded, Record};
 use crate::config::Limits;
 use crate::message::Message;
 use crate::outcome::Reason;
@@ -233,7 +233,7 @@ impl Store for PgStore {
         &self,
         session_id: &str,
         owner: Option<&str>,
-        reason: &str,
+        reason: Reason,
         base: Duration,
         max: Duration,
     ) -> Result<(), StoreError> {
@@ -244,7 +244,7 @@ impl Store for PgStore {
         PgStore::messages(self, session_id).await
     }
 
-    async fn commit(&self, summary: &NewSummary<'_>) -> Result<Committed, CommitError> {
+    async fn commit(&self, summary: &Record<'_>) -> Result<Committed, CommitError> {
         PgStore::commit(self, summary).await
     }
 
@@ -261,7 +261,7 @@ impl Store for PgStore {
 
     async fn save_pending(
         &self,
-        pending: &NewSummary<'_>,
+        pending: &Record<'_>,
         limits: Limits,
         ttl: Duration,
     ) -> Result<Saved, StoreError> {
@@ -320,7 +320,7 @@ impl Store for PgStore {
         PgStore::change_session_settings(self, session_id, changes, configured).await
     }
 
-    async fn count_failure(&self, reason: &str) -> Result<(), StoreError> {
+    async fn count_failure(&self, reason: Reason) -> Result<(), StoreError> {
         PgStore::count_failure(self, reason).await
     }
 

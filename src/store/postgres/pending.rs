@@ -4,14 +4,15 @@
 
 use std::time::Duration;
 
-use serde_json::json;
 use sqlx::Row;
 
 use super::PgStore;
 use super::commit::loaded_from;
+use crate::compaction::record;
+use crate::compaction::{Loaded, Record};
 use crate::config::Limits;
 use crate::store::model::millis;
-use crate::store::{Applied, Discard, Loaded, NewSummary, Saved, StoreError};
+use crate::store::{Applied, Discard, Saved, StoreError};
 
 impl PgStore {
     /// Takes the session's lease for a precompute and loads the history, unless another
@@ -68,12 +69,11 @@ impl PgStore {
     /// When the database fails; nothing is written then.
     pub async fn save_pending(
         &self,
-        pending: &NewSummary<'_>,
+        pending: &Record<'_>,
         limits: Limits,
         ttl: Duration,
     ) -> Result<Saved, StoreError> {
-        let mut metadata = pending.summary_metadata();
-        metadata["precompute_ms"] = json!(pending.duration_ms);
+        let metadata = pending.pending_metadata();
         let row = sqlx::query(
             "WITH fence AS (
                  UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
@@ -142,7 +142,9 @@ impl PgStore {
 
     /// Applies the session's pending summary if it was planned with `limits` and
     /// `model`, is younger than `ttl` and its prefix is unchanged; drops it otherwise.
-    /// One call of `apply_pending_summary` (migrations 12 and 14), one transaction.
+    /// One call of `apply_pending_summary` (migration 21), one transaction: the event's
+    /// metadata is the pending summary's, with this turn's ids and what the database
+    /// measures ([`record::MEASURED_AT_APPLY`]).
     ///
     /// # Errors
     /// When the database fails; nothing is written then.
@@ -156,11 +158,10 @@ impl PgStore {
         let row = sqlx::query(
             "SELECT outcome, applied_id, removed_count, removed_total, kept_count,
                     summary_length
-             FROM apply_pending_summary($1, $2, $3, $4, $5, $6, $7)",
+             FROM apply_pending_summary($1, $2, $3, $4, $5, $6)",
         )
         .bind(session_id)
-        .bind(request_id)
-        .bind(job_id)
+        .bind(record::applied_turn_metadata(request_id, job_id))
         .bind(limits.threshold_chars)
         .bind(limits.keep_chars)
         .bind(model)

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::PgStore;
+use crate::outcome::Reason;
 use crate::store::model::{StatsRow, report};
 use crate::store::sql::{DURATION_BUCKETS, FAILURES_BY_REASON};
 use crate::store::{StatsReport, StoreError};
@@ -14,13 +15,13 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn count_failure(&self, reason: &str) -> Result<(), StoreError> {
+    pub async fn count_failure(&self, reason: Reason) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO failure_daily AS f (day, reason, failures)
              VALUES ((now() AT TIME ZONE 'UTC')::date, $1, 1)
              ON CONFLICT (day, reason) DO UPDATE SET failures = f.failures + 1",
         )
-        .bind(reason)
+        .bind(reason.as_str())
         .execute(&self.pool)
         .await?;
         Ok(())

@@ -6,11 +6,12 @@ use std::time::Duration;
 use sqlx::{Row, SqliteConnection};
 
 use super::{SqliteStore, now_ms};
+use crate::compaction::{CountedAt, Loaded, Record};
 use crate::message::Message;
 use crate::outcome::Reason;
-use crate::store::model::{LoadedRow, millis, rememberable};
+use crate::store::model::{LoadedRow, loaded_from_rows, millis, rememberable};
 use crate::store::sql::{RELEASE_LEASE, RELEASE_LEASE_REMEMBERING};
-use crate::store::{CommitError, Committed, CountedAt, Loaded, NewSummary, StoreError};
+use crate::store::{CommitError, Committed, StoreError};
 
 impl SqliteStore {
     /// Takes the session's lease for `owner` unless another owner holds an unexpired one,
@@ -75,7 +76,7 @@ impl SqliteStore {
         .bind(session_id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(Loaded::from_rows(rows)?)
+        Ok(loaded_from_rows(rows)?)
     }
 
     /// Gives the lease up if `owner` still holds it; a no-op otherwise.
@@ -131,13 +132,13 @@ impl SqliteStore {
         &self,
         session_id: &str,
         owner: Option<&str>,
-        reason: &str,
+        reason: Reason,
         base: Duration,
         max: Duration,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         sqlx::query(count_failure_sql!())
-            .bind(reason)
+            .bind(reason.as_str())
             .execute(&mut *tx)
             .await?;
         sqlx::query(
@@ -178,7 +179,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// As [`crate::store::Store::commit`]; nothing is written in any case.
-    pub async fn commit(&self, summary: &NewSummary<'_>) -> Result<Committed, CommitError> {
+    pub async fn commit(&self, summary: &Record<'_>) -> Result<Committed, CommitError> {
         let mut tx = self.begin_write().await?;
         let fenced = sqlx::query(
             "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
@@ -376,7 +377,7 @@ pub(super) async fn replace_prefix(
 /// the same sizes, in the same versions (an agent's edit meanwhile is not overwritten).
 async fn cleared_as_planned(
     tx: &mut SqliteConnection,
-    summary: &NewSummary<'_>,
+    summary: &Record<'_>,
 ) -> Result<bool, sqlx::Error> {
     for planned in summary.cleared {
         let row = sqlx::query(
@@ -403,7 +404,7 @@ async fn cleared_as_planned(
 /// replaces their content with their placeholders, each row left in its place.
 async fn clear_in_place(
     tx: &mut SqliteConnection,
-    summary: &NewSummary<'_>,
+    summary: &Record<'_>,
     compaction_id: i64,
 ) -> Result<(), sqlx::Error> {
     for planned in summary.cleared {
@@ -436,7 +437,7 @@ async fn clear_in_place(
 
 /// Inserts the summary `text` at `seq` (the first removed message's) and records the
 /// compaction as the session's latest, with the chars per token it measured, when it did
-/// (`NewSummary::chars_per_token`).
+/// (`Record::chars_per_token`).
 pub(super) async fn write_summary(
     tx: &mut SqliteConnection,
     session_id: &str,

@@ -26,11 +26,11 @@ use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::{
-    Applied, Backend, CommitError, Committed, CountedAt, CounterDrift, Counters, DeadLetter,
-    Finding, Invariant, Loaded, NewDeadLetter, NewSummary, Pruned, RecallQuery, Recalled,
-    RestoreError, Restored, Saved, SessionView, SettingsError, StatsReport, Store, StoreError,
-    Totals,
+    Applied, Backend, CommitError, Committed, CounterDrift, Counters, DeadLetter, Finding,
+    Invariant, NewDeadLetter, Pruned, RecallQuery, Recalled, RestoreError, Restored, Saved,
+    SessionView, SettingsError, StatsReport, Store, StoreError, Totals,
 };
+use crate::compaction::{CountedAt, Loaded, Record};
 use crate::config::Limits;
 use crate::message::Message;
 use crate::outcome::Reason;
@@ -319,7 +319,7 @@ impl Store for SqliteStore {
         &self,
         session_id: &str,
         owner: Option<&str>,
-        reason: &str,
+        reason: Reason,
         base: Duration,
         max: Duration,
     ) -> Result<(), StoreError> {
@@ -330,7 +330,7 @@ impl Store for SqliteStore {
         SqliteStore::messages(self, session_id).await
     }
 
-    async fn commit(&self, summary: &NewSummary<'_>) -> Result<Committed, CommitError> {
+    async fn commit(&self, summary: &Record<'_>) -> Result<Committed, CommitError> {
         SqliteStore::commit(self, summary).await
     }
 
@@ -348,7 +348,7 @@ impl Store for SqliteStore {
 
     async fn save_pending(
         &self,
-        pending: &NewSummary<'_>,
+        pending: &Record<'_>,
         limits: Limits,
         ttl: Duration,
     ) -> Result<Saved, StoreError> {
@@ -407,7 +407,7 @@ impl Store for SqliteStore {
         SqliteStore::change_session_settings(self, session_id, changes, configured).await
     }
 
-    async fn count_failure(&self, reason: &str) -> Result<(), StoreError> {
+    async fn count_failure(&self, reason: Reason) -> Result<(), StoreError> {
         SqliteStore::count_failure(self, reason).await
     }
 

@@ -9,10 +9,12 @@ use sqlx::{Row, SqliteConnection};
 
 use super::commit::{Prefix, Replaced, replace_prefix, write_summary};
 use super::{SqliteStore, now_ms};
+use crate::compaction::record;
+use crate::compaction::{Loaded, Record};
 use crate::config::Limits;
 use crate::message::char_count;
 use crate::store::model::millis;
-use crate::store::{Applied, Discard, Loaded, NewSummary, Saved, StoreError};
+use crate::store::{Applied, Discard, Saved, StoreError};
 
 impl SqliteStore {
     /// Takes the session's lease for a precompute and loads the history, unless another
@@ -63,12 +65,11 @@ impl SqliteStore {
     /// When the database fails; nothing is written then.
     pub async fn save_pending(
         &self,
-        pending: &NewSummary<'_>,
+        pending: &Record<'_>,
         limits: Limits,
         ttl: Duration,
     ) -> Result<Saved, StoreError> {
-        let mut metadata = pending.summary_metadata();
-        metadata["precompute_ms"] = json!(pending.duration_ms);
+        let metadata = pending.pending_metadata();
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let expired = sqlx::query(
@@ -209,7 +210,11 @@ impl SqliteStore {
         let chars_removed: i64 = removed_chars.iter().sum();
         let summary_chars = char_count(&summary);
         let session_chars: i64 = session.try_get("total_chars")?;
-        let discard = if created_at <= now - millis(ttl) {
+        let mut metadata: serde_json::Value = parse(&pending, "metadata")?;
+        // A pending row in the former shape, from a worker of the previous release, is
+        // as good as expired (see migration 9).
+        let discard = if created_at <= now - millis(ttl) || metadata.get("summarization").is_none()
+        {
             Some(Discard::Expired)
         } else if pending.try_get::<i64, _>("threshold_chars")? != limits.threshold_chars
             || pending.try_get::<i64, _>("keep_chars")? != limits.keep_chars
@@ -249,29 +254,20 @@ impl SqliteStore {
         };
         let messages_removed = i64::try_from(removed_seqs.len()).unwrap_or(i64::MAX);
         let messages_kept = session.try_get::<i64, _>("message_count")? - messages_removed;
-        let mut metadata: serde_json::Value = parse(&pending, "metadata")?;
-        for (key, value) in [
-            ("summarization", json!(true)),
-            ("precomputed", json!(true)),
-            ("messages_removed", json!(messages_removed)),
-            ("chars_removed", json!(chars_removed)),
-            ("messages_kept", json!(messages_kept)),
-            ("summary_chars", json!(summary_chars)),
-            ("request_id", json!(request_id)),
-            (
-                "precomputed_at",
-                json!(pending.try_get::<String, _>("created_at_text")?),
-            ),
-            (
-                "duration_ms",
-                json!(i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX)),
-            ),
-        ] {
-            metadata[key] = value;
-        }
-        if let Some(job_id) = job_id {
-            metadata["job_id"] = json!(job_id);
-        }
+        // The pending summary's metadata, this turn's ids, and what this transaction
+        // measures (`record::MEASURED_AT_APPLY`).
+        record::merge(
+            &mut metadata,
+            record::applied_turn_metadata(request_id, job_id),
+        );
+        record::merge(
+            &mut metadata,
+            json!({
+                "messages_kept": messages_kept,
+                "precomputed_at": pending.try_get::<String, _>("created_at_text")?,
+                "duration_ms": i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            }),
+        );
         let prompt_tokens: Option<i64> = pending.try_get("prompt_tokens")?;
         let completion_tokens: Option<i64> = pending.try_get("completion_tokens")?;
         let id: i64 = sqlx::query_scalar(

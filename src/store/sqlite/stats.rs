@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::{RFC3339, SqliteStore};
+use crate::outcome::Reason;
 use crate::store::model::{StatsRow, report};
 use crate::store::sql::{DURATION_BUCKETS, FAILURES_BY_REASON};
 use crate::store::{StatsReport, StoreError};
@@ -13,10 +14,10 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub async fn count_failure(&self, reason: &str) -> Result<(), StoreError> {
+    pub async fn count_failure(&self, reason: Reason) -> Result<(), StoreError> {
         let _turn = self.write_turn().await?;
         sqlx::query(count_failure_sql!())
-            .bind(reason)
+            .bind(reason.as_str())
             .execute(&self.pool)
             .await?;
         Ok(())

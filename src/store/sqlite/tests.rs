@@ -6,6 +6,7 @@ use std::time::Duration;
 use sqlx::Row;
 
 use crate::config::Limits;
+use crate::outcome::Reason;
 use crate::overrides::{Change, Key};
 use crate::store::{
     Invariant, NewDeadLetter, RestoreError, SessionCounts, SettingsError, SqliteStore,
@@ -143,9 +144,18 @@ async fn stats_read_the_rollups_of_hand_written_events() {
                   ('t', 'm', 7, '{"agent": true}');"#,
     )
     .await;
-    store.count_failure("llm_error").await.expect("counted");
-    store.count_failure("llm_error").await.expect("counted");
-    store.count_failure("conflict").await.expect("counted");
+    store
+        .count_failure(Reason::LlmError)
+        .await
+        .expect("counted");
+    store
+        .count_failure(Reason::LlmError)
+        .await
+        .expect("counted");
+    store
+        .count_failure(Reason::Conflict)
+        .await
+        .expect("counted");
 
     let report = store.stats(7).await.expect("the stats read");
     let stats = &report.summary;

@@ -1,4 +1,4 @@
-//! The split planner: which oldest messages a compaction replaces (docs/compaction.md, "When and what is compacted").
+//! The split: which oldest messages a compaction replaces (docs/compaction.md, "When and what is compacted").
 //!
 //! A plain function over plain data, so every rule is tested without a database.
 
