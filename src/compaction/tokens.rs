@@ -1,16 +1,15 @@
 //! Token counts, as the model will count them: OpenAI's `o200k_base` BPE (the GPT-4o and
 //! later vocabulary), bundled in `bpe-openai`, so counting needs no network.
 //!
-//! `bpe-openai` (GitHub's linear-time BPE) counts exactly as tiktoken does, and faster:
-//! measured here on a release build, 900 KB of log prose in 22 ms against tiktoken-rs's
-//! 64 ms, 80 KB without a space in 0.8 ms against 21 ms, 100 KB of base64 in 3 ms against
-//! 13 ms, with the same counts. A compaction counts what it removes, so that difference
-//! was most of the worker's own cost per compaction.
+//! `bpe-openai` (GitHub's linear-time BPE) counts exactly as tiktoken does, and some
+//! times faster on the texts a compaction removes (docs/benchmarks.md, "Figures behind
+//! the code"): a compaction counts what it removes, so that difference was most of the
+//! worker's own cost per compaction.
 //!
 //! The vocabulary is loaded once per process, when the first compaction needs it
-//! ([`ensure_loaded`], on the blocking pool: about 50 ms), not at start: its tables take
-//! some 65 MB of resident memory, which a worker that never compacts (or the no-op path)
-//! has no use for. Counting is CPU-bound and linear in the text: callers run it on the
+//! ([`ensure_loaded`], on the blocking pool), not at start: its tables take tens of MB
+//! of resident memory, which a worker that never compacts (or the no-op path) has no use
+//! for. Counting is CPU-bound and linear in the text: callers run it on the
 //! blocking pool for large inputs.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -269,8 +269,9 @@ impl<'a> Carried<'a> {
 
 /// The 4-byte windows of a text, hashed into a 64 Kibit set: a prefilter for
 /// [`contains_word`]. A needle with a window the text lacks cannot occur in it, which a few
-/// lookups tell, where a search reads the whole text: against a full summary, 160,000
-/// facts of a 5 MB log dump took 300 ms searched one by one. A hash collision only lets
+/// lookups tell, where a search reads the whole text: the facts of a 5 MB log dump,
+/// searched one by one against a full summary, took a third of a second (docs/
+/// benchmarks.md, "Figures behind the code"). A hash collision only lets
 /// a needle through to the search, so the answer is exactly the search's.
 struct Grams(Vec<u64>);
 

@@ -382,9 +382,9 @@ impl Worker {
 }
 
 /// Histories larger than this are planned on the blocking pool. Planning counts the
-/// removed part's tokens, at some tens of MB/s: 64 KiB take about a millisecond, which
-/// is as long as a task should hold an async thread; below it the hop would cost more
-/// than it saves.
+/// removed part's tokens: at the tokenizer's speed (docs/benchmarks.md, "Figures behind
+/// the code") 64 KiB take about a millisecond, as long as a task should hold an async
+/// thread; below it the hop would cost more than it saves.
 const PLAN_OFF_THREAD_CHARS: i64 = 64 * 1024;
 
 /// [`plan_off_thread`] with the tokenizer loaded (it counts what is removed), for `job`'s

@@ -23,9 +23,9 @@ use crate::summary;
 use crate::summary::Summary;
 
 /// Old parts larger than this are extracted on the blocking pool, where the extraction
-/// also overlaps the summarizer's call. The extractor reads about 10 MB/s in an optimized
-/// build (5 MB of distinct log lines, 168,000 facts: 0.4-0.5 s; 3 s in debug), so 8 KiB
-/// take under a millisecond, as long as a task should hold an async thread.
+/// also overlaps the summarizer's call: at the extractor's speed (docs/benchmarks.md,
+/// "Figures behind the code"), 8 KiB take under a millisecond, as long as a task should
+/// hold an async thread.
 const OFF_THREAD_CHARS: i64 = 8 * 1024;
 
 /// The old part's facts, on their way.
@@ -225,10 +225,9 @@ struct FailedAttempt {
     answer: Option<Summary>,
 }
 
-/// Recall against more facts than this is measured on the blocking pool. It costs about
-/// a tenth of a microsecond a fact in an optimized build and half a microsecond in a
-/// debug one (168,000 facts against a 6,000-char summary: 12-23 ms and 70 ms), so this
-/// many take about a millisecond in debug.
+/// Recall against more facts than this is measured on the blocking pool: at its cost a
+/// fact (docs/benchmarks.md, "Figures behind the code"), this many take about a
+/// millisecond in a debug build.
 const RECALL_OFF_THREAD_FACTS: usize = 2_000;
 
 /// How much of `facts` `text` keeps; `None` only when the runtime is shutting down.

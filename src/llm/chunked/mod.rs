@@ -60,8 +60,9 @@ const MIN_CHUNK_TOKENS: usize = 64;
 const RUNNING_HEADER_TOKENS: usize = 16;
 
 /// Old parts with more characters than this are rendered, counted and planned on the
-/// blocking pool: counting runs at tens of MB/s, so below this it takes well under a
-/// millisecond and the hop would cost more than it saves.
+/// blocking pool: at the tokenizer's speed (docs/benchmarks.md, "Figures behind the
+/// code"), below this it takes well under a millisecond and the hop would cost more than
+/// it saves.
 const OFF_THREAD_CHARS: usize = 32 * 1024;
 
 pub struct LlmSummarizer {
