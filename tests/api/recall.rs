@@ -593,3 +593,118 @@ async fn a_fetch_too_large_for_one_nats_message_is_cut_to_fit() {
     assert!(sent <= 1 << 20, "{sent} bytes of content in one reply");
     assert!(found.iter().any(|r| r.truncated));
 }
+
+/// Archives `(seq, content)` rows of `session` under compaction 1, as a compaction
+/// would have, in SQL both stores run.
+async fn archive_rows(app: &TestApp, session: &str, rows: &[(i64, String)]) {
+    for (seq, content) in rows {
+        app.db
+            .query(
+                "INSERT INTO archived_messages
+                     (compaction_id, session_id, seq, role, content, is_summary, chars,
+                      created_at)
+                 VALUES (1, $1, $2, 'tool', $3, $4, $5, CURRENT_TIMESTAMP)",
+            )
+            .bind(session)
+            .bind(*seq)
+            .bind(content)
+            .bind(false)
+            .bind(i64::try_from(content.chars().count()).unwrap())
+            .execute()
+            .await
+            .unwrap();
+    }
+}
+
+/// Both stores rank a search the same way: by how many of its terms a message holds,
+/// then the newest. SQLite ranked by FTS5's BM25, which put the one message holding a
+/// rare identifier above twenty holding two of the three terms (and weighed each term by
+/// how many rows of every session hold it, a cost that grew with the whole archive).
+#[tokio::test]
+async fn a_search_ranks_by_how_many_terms_a_message_holds_on_either_store() {
+    let app = spawn_app().await;
+    let mut rows = vec![(1, "E-4711 in the gateway log".to_owned())];
+    rows.extend((2..=21).map(|n| (n, format!("request {n} timed out"))));
+    archive_rows(&app, "s", &rows).await;
+    archive_rows(
+        &app,
+        "other",
+        &[(99, "request E-4711 timed out".to_owned())],
+    )
+    .await;
+
+    let found = app
+        .recall
+        .search("s", "E-4711 request timed", 3, WAIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        found.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        [21, 20, 19],
+        "{found:?}"
+    );
+    let found = app.recall.search("s", "E-4711", 3, WAIT).await.unwrap();
+    assert_eq!(found.iter().map(|r| r.seq).collect::<Vec<_>>(), [1]);
+}
+
+/// On SQLite too, a search whose ranking runs out of time answers from the index: the
+/// newest messages holding every term, then the newest holding any, as on Postgres
+/// (`a_search_too_broad_to_rank_in_time_answers_from_the_indexes`, the same rows and
+/// answers). SQLite has no statement timeout: each step's statement is interrupted by the
+/// connection's progress handler at its deadline.
+#[tokio::test]
+async fn on_sqlite_a_search_too_broad_to_rank_in_time_answers_from_the_index() {
+    use summarizer::store::{RecallBudget, RecallQuery, SqliteStore};
+    if crate::helpers::backend() != summarizer::store::Backend::Sqlite {
+        return;
+    }
+    let app = spawn_app().await;
+    let rows: Vec<(i64, String)> = (1..=60)
+        .map(|n| {
+            let content = match n {
+                1 => "request E-4711 timed out".to_owned(),
+                2..=40 => format!("request {n} timed out"),
+                _ => "all quiet".to_owned(),
+            };
+            (n, content)
+        })
+        .collect();
+    archive_rows(&app, "s", &rows).await;
+    archive_rows(
+        &app,
+        "other",
+        &[(99, "request E-4711 timed out".to_owned())],
+    )
+    .await;
+    let lite = SqliteStore::connect_lazy(&app.database_url, 2, WAIT).unwrap();
+    let query = |terms: &[&str]| RecallQuery::Search {
+        terms: terms.iter().map(|t| (*t).to_owned()).collect(),
+        limit: 3,
+    };
+    let skip_ranking = RecallBudget {
+        ranked_ms: None,
+        ..RecallBudget::default()
+    };
+    let no_time_to_rank = RecallBudget {
+        ranked_ms: Some(0),
+        ..RecallBudget::default()
+    };
+    for budget in [skip_ranking, no_time_to_rank, RecallBudget::default()] {
+        let seqs = |found: Vec<Recalled>| found.iter().map(|r| r.seq).collect::<Vec<_>>();
+        let both = lite
+            .recall_within("s", &query(&["request", "e-4711"]), 100, budget)
+            .await
+            .unwrap();
+        assert_eq!(seqs(both), [1, 40, 39], "{budget:?}");
+        let one = lite
+            .recall_within("s", &query(&["timed"]), 100, budget)
+            .await
+            .unwrap();
+        assert_eq!(seqs(one), [40, 39, 38], "{budget:?}");
+        let none = lite
+            .recall_within("s", &query(&["nowhere"]), 100, budget)
+            .await
+            .unwrap();
+        assert!(none.is_empty(), "{budget:?}");
+    }
+}

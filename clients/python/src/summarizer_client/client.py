@@ -326,8 +326,7 @@ class SummarizerClient:
         """The archived messages of `session_id` (summarized or cleared away) that best
         match `query`, at most `limit` (up to 50), best first: an identifier as written
         (`E-5417`, `10.43.7.217:6432`) finds the messages holding it; words find the
-        messages with the most of them (on SQLite, ranked by FTS5's BM25), the newest
-        first among equals. Each `content` is
+        messages with the most of them, the newest first among equals. Each `content` is
         at most `max_chars` chars (4,000 by default, up to 20,000).
 
         Raises `ValueError` for arguments the worker would refuse, and `RecallError` when

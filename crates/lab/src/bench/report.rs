@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::load::Measurement;
 use super::precompute::PrecomputeFigures;
-use super::recall::RecallFigures;
+use super::recall::{CONCURRENT, LOGS, RecallFigures, StoreFigures};
 use super::sqlite::SqliteFigures;
 
 #[derive(Debug, Default, Serialize)]
@@ -158,39 +158,17 @@ impl Report {
             ));
         }
         if let (Some(small), Some(large)) = (self.recall.first(), self.recall.last()) {
-            // A search is a few index lookups and a short scan of one session's rows: it
-            // is held to 10x a bare primary-key read, and to about the same cost among a
-            // hundred times more archived rows.
-            for (what, m, at_small) in [
-                ("one identifier", &large.identifier, &small.identifier),
-                ("two common words", &large.words, &small.words),
-            ] {
-                let ratio = m.p50_us / large.primary_key.p50_us;
-                targets.push(Target {
-                    figure: format!(
-                        "recall p50, {what}, {} archived rows (vs primary-key read)",
-                        large.rows
-                    ),
-                    ours: m.p50_us,
-                    baseline: large.primary_key.p50_us,
-                    unit: "us",
-                    ratio,
-                    target: "<= 10x",
-                    met: ratio <= 10.0,
-                });
-                let growth = m.p50_us / at_small.p50_us;
-                targets.push(Target {
-                    figure: format!(
-                        "recall p50, {what}, {} archived rows (vs {})",
-                        large.rows, small.rows
-                    ),
-                    ours: m.p50_us,
-                    baseline: at_small.p50_us,
-                    unit: "us",
-                    ratio: growth,
-                    target: "<= 2x",
-                    met: growth <= 2.0,
-                });
+            let stores = [
+                ("", &small.postgres, &large.postgres),
+                ("SQLite: ", &small.sqlite, &large.sqlite),
+            ];
+            for (store, at_small, at_large) in stores {
+                recall_targets(
+                    &mut targets,
+                    store,
+                    (small.rows, at_small),
+                    (large.rows, at_large),
+                );
             }
         }
         if let Some(stats) = self.stats {
@@ -338,14 +316,41 @@ impl fmt::Display for Report {
         }
         for r in &self.recall {
             let of = format!("{} archived rows, {} sessions", r.rows, r.sessions);
-            row(f, &format!("recall, one identifier ({of})"), &r.identifier)?;
-            row(f, &format!("recall, two common words ({of})"), &r.words)?;
-            row(f, &format!("recall, fetch by seq ({of})"), &r.seqs)?;
-            row(
-                f,
-                &format!("bare primary-key read of an archived row ({of})"),
-                &r.primary_key,
-            )?;
+            for (store, m) in [("", &r.postgres), ("SQLite: ", &r.sqlite)] {
+                row(
+                    f,
+                    &format!("{store}recall, one identifier ({of})"),
+                    &m.identifier,
+                )?;
+                row(
+                    f,
+                    &format!("{store}recall, two common words ({of})"),
+                    &m.words,
+                )?;
+                row(f, &format!("{store}recall, fetch by seq ({of})"), &m.seqs)?;
+                row(
+                    f,
+                    &format!("{store}recall, {LOGS} logs of 1.7 KB, status=502 ({of})"),
+                    &m.logs,
+                )?;
+                row(
+                    f,
+                    &format!("{store}recall, the same, {CONCURRENT} at once"),
+                    &m.logs_concurrent,
+                )?;
+                if m.logs_concurrent_failed > 0 {
+                    writeln!(
+                        f,
+                        "  {store}recall: {} of those {} searches failed",
+                        m.logs_concurrent_failed, m.logs_concurrent.operations
+                    )?;
+                }
+                row(
+                    f,
+                    &format!("{store}bare primary-key read of an archived row ({of})"),
+                    &m.primary_key,
+                )?;
+            }
         }
         if let Some(p) = &self.precompute {
             row(f, "compaction turn, precompute off (LLM 2 s)", &p.off)?;
@@ -411,4 +416,57 @@ impl fmt::Display for Report {
         }
         Ok(())
     }
+}
+
+/// One store's recall targets (`store` prefixes their names): a search is a few index
+/// lookups and a short scan of one session's rows, so it is held to 10x a bare
+/// primary-key read and to about the same cost among a hundred times more archived rows;
+/// a search of the session of 3,000 logs that all hold its term, to 0.4 s at p99 (what
+/// docs/protocol.md promised of SQLite's worst query) and to the same growth.
+fn recall_targets(
+    targets: &mut Vec<Target>,
+    store: &str,
+    (small_rows, small): (usize, &StoreFigures),
+    (large_rows, large): (usize, &StoreFigures),
+) {
+    let mut series = vec![
+        ("one identifier", &large.identifier, &small.identifier),
+        ("two common words", &large.words, &small.words),
+    ];
+    for (what, m, _) in &series {
+        let ratio = m.p50_us / large.primary_key.p50_us;
+        targets.push(Target {
+            figure: format!(
+                "{store}recall p50, {what}, {large_rows} archived rows (vs primary-key read)"
+            ),
+            ours: m.p50_us,
+            baseline: large.primary_key.p50_us,
+            unit: "us",
+            ratio,
+            target: "<= 10x",
+            met: ratio <= 10.0,
+        });
+    }
+    series.push(("3,000 logs, status=502", &large.logs, &small.logs));
+    for (what, m, at_small) in series {
+        let growth = m.p50_us / at_small.p50_us;
+        targets.push(Target {
+            figure: format!(
+                "{store}recall p50, {what}, {large_rows} archived rows (vs {small_rows})"
+            ),
+            ours: m.p50_us,
+            baseline: at_small.p50_us,
+            unit: "us",
+            ratio: growth,
+            target: "<= 2x",
+            met: growth <= 2.0,
+        });
+    }
+    targets.push(Target::at_most(
+        format!("{store}recall p99, 3,000 logs, status=502, {large_rows} archived rows"),
+        large.logs.p99_us / 1000.0,
+        400.0,
+        "ms",
+        "<= 400 ms",
+    ));
 }
