@@ -268,7 +268,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             if json {
                 println!("{}", serde_json::to_string(&stats)?);
             } else {
-                print!("{stats}");
+                print!("{}", crate::tables::stats(&stats));
             }
         }
         Command::Session {

@@ -55,7 +55,8 @@
 //! unit tests once they would push it past a few hundred lines. It is then a folder
 //! whose `mod.rs` is the module (`worker/mod.rs`, `compaction/split/mod.rs`) and whose
 //! unit tests are `tests.rs` beside it. Unit tests otherwise end the module's file, in
-//! `#[cfg(test)] mod tests`.
+//! `#[cfg(test)] mod tests`. A folder beside a file holds data, never code (the
+//! evaluation corpus's scripts, `eval/corpus/*.json`).
 
 pub mod app;
 pub mod audit;
@@ -81,6 +82,7 @@ pub mod recall;
 pub mod store;
 pub mod summarizer;
 pub mod summary;
+pub mod tables;
 pub mod telemetry;
 pub mod transport;
 pub mod worker;

@@ -184,7 +184,7 @@ pub async fn run(mut settings: Settings, args: DemoArgs) -> anyhow::Result<()> {
 
     print_history("final history", &store.messages(&session).await?);
     println!("stats (all sessions in this database):");
-    print!("{}", store.stats(30).await?);
+    print!("{}", crate::tables::stats(&store.stats(30).await?));
 
     shutdown.cancel();
     worker.await.context("worker task")??;

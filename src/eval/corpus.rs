@@ -204,23 +204,23 @@ impl Scenario {
 
 /// The corpus built into the binary, by file name.
 const BUILT_IN: [(&str, &str); 6] = [
-    ("bad-deploy.json", include_str!("bad-deploy.json")),
+    ("bad-deploy.json", include_str!("corpus/bad-deploy.json")),
     (
         "certificate-expiry.json",
-        include_str!("certificate-expiry.json"),
+        include_str!("corpus/certificate-expiry.json"),
     ),
     (
         "database-saturation.json",
-        include_str!("database-saturation.json"),
+        include_str!("corpus/database-saturation.json"),
     ),
-    ("memory-leak.json", include_str!("memory-leak.json")),
+    ("memory-leak.json", include_str!("corpus/memory-leak.json")),
     (
         "network-partition.json",
-        include_str!("network-partition.json"),
+        include_str!("corpus/network-partition.json"),
     ),
     (
         "security-incident.json",
-        include_str!("security-incident.json"),
+        include_str!("corpus/security-incident.json"),
     ),
 ];
 

@@ -1,6 +1,6 @@
 //! Threshold checks coalesced: every event starts with a primary-key read of its
 //! session's counters (and settings), and under load those reads become one
-//! [`Store::counters_of`](super::Store::counters_of) query per batch instead of one query
+//! [`Counts::counters_of`](super::Counts::counters_of) query per batch instead of one query
 //! per event.
 //!
 //! No event waits for a batch to fill: when no query is in flight, a lookup is sent at

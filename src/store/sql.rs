@@ -7,7 +7,7 @@
 //! is; one that differs by a function or a type stays in each backend's file of its
 //! concern, where diffing the two files shows the difference.
 
-/// The remembered skip of a `sessions` row, as [`CountersRow`](super::model::CountersRow)
+/// The remembered skip of a `sessions` row, as [`CountersRow`](super::counters::CountersRow)
 /// reads it: the reason holds only while the counters are still those it was remembered
 /// at.
 macro_rules! remembered_skip_columns_sql {
@@ -19,7 +19,7 @@ macro_rules! remembered_skip_columns_sql {
 }
 
 /// The session's settings (`st`, NULLs without a row) under the names
-/// [`SettingsRow`](super::model::SettingsRow) reads.
+/// [`SettingsRow`](super::settings::SettingsRow) reads.
 macro_rules! settings_columns_sql {
     () => {
         "st.enabled AS settings_enabled, st.threshold_chars AS settings_threshold_chars,
@@ -39,7 +39,7 @@ macro_rules! counters_joined_sql {
     };
 }
 
-/// One session's row of `session_settings` (`$1`), as [`SettingsRow`](super::model::SettingsRow).
+/// One session's row of `session_settings` (`$1`), as [`SettingsRow`](super::settings::SettingsRow).
 macro_rules! select_settings_sql {
     () => {
         concat!(

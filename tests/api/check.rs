@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use sqlx::error::ErrorKind;
+use summarizer::store::prelude::*;
 use summarizer::store::{Backend, PgStore};
 
 use crate::helpers::{SUMMARY, TestApp, TestDb, fresh_database, postgres_only, spawn_app};

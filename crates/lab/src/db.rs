@@ -13,6 +13,7 @@ use anyhow::Context;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, SqlitePool};
+use summarizer::store::prelude::*;
 use summarizer::store::{PgStore, SharedStore, SqliteStore};
 
 pub struct Scratch {

@@ -1,8 +1,10 @@
 //! The counters: the no-op path's one primary-key read, alone or batched.
 
 use super::PgStore;
-use crate::store::model::{CountersRow, SessionCountersRow};
+use crate::store::Counts;
+use crate::store::counters::{CountersRow, SessionCountersRow};
 use crate::store::{Counters, StoreError};
+use async_trait::async_trait;
 
 /// A counters row ([`CountersRow`]) of the `sessions` row joined with its settings, as
 /// `FROM` [`counters_joined_sql`] gives them. The backoff is read against the database's
@@ -21,13 +23,14 @@ macro_rules! counters_columns_sql {
     };
 }
 
-impl PgStore {
+#[async_trait]
+impl Counts for PgStore {
     /// The session's counters: one primary-key read (a second on `session_settings`' key,
     /// in the same statement). `None` for a session with no row.
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn counters(&self, session_id: &str) -> Result<Option<Counters>, StoreError> {
+    async fn counters(&self, session_id: &str) -> Result<Option<Counters>, StoreError> {
         let row: Option<CountersRow> = sqlx::query_as(concat!(
             "SELECT ",
             counters_columns_sql!(),
@@ -48,7 +51,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn counters_of(
+    async fn counters_of(
         &self,
         session_ids: &[&str],
     ) -> Result<Vec<(String, Counters)>, StoreError> {

@@ -2,10 +2,13 @@
 //! for `summarizer dead-letters list|replay|purge`.
 
 use super::PgStore;
+use crate::store::DeadLetters;
 use crate::store::sql::{INSERT_DEAD_LETTER, PURGE_DEAD_LETTERS, UNMARK_REPLAYED};
 use crate::store::{DeadLetter, NewDeadLetter, StoreError};
+use async_trait::async_trait;
 
-impl PgStore {
+#[async_trait]
+impl DeadLetters for PgStore {
     /// Whether the session has a compaction made for the durable job `job_id` (its
     /// stream, sequence and publish time): that job delivered again after its commit
     /// (its worker died before the ack) is then done. A client's `request_id` is not
@@ -13,11 +16,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn compacted_by_job(
-        &self,
-        session_id: &str,
-        job_id: &str,
-    ) -> Result<bool, StoreError> {
+    async fn compacted_by_job(&self, session_id: &str, job_id: &str) -> Result<bool, StoreError> {
         let done = sqlx::query_scalar(
             "SELECT EXISTS (
                  SELECT 1 FROM usage_events
@@ -36,7 +35,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database fails; the caller must then leave the job in the stream.
-    pub async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError> {
+    async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError> {
         let id = sqlx::query_scalar(INSERT_DEAD_LETTER)
             .bind(job.session_id)
             .bind(job.subject)
@@ -54,7 +53,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn dead_letters(&self, all: bool) -> Result<Vec<DeadLetter>, StoreError> {
+    async fn dead_letters(&self, all: bool) -> Result<Vec<DeadLetter>, StoreError> {
         let rows = sqlx::query_as(
             "SELECT id, session_id, subject, msg_id, payload, last_error,
                     deliveries::bigint AS deliveries,
@@ -75,7 +74,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn mark_replayed(&self, id: i64) -> Result<bool, StoreError> {
+    async fn mark_replayed(&self, id: i64) -> Result<bool, StoreError> {
         let marked = sqlx::query(
             "UPDATE dead_letters SET replayed_at = now() WHERE id = $1 AND replayed_at IS NULL",
         )
@@ -90,7 +89,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn unmark_replayed(&self, id: i64) -> Result<(), StoreError> {
+    async fn unmark_replayed(&self, id: i64) -> Result<(), StoreError> {
         sqlx::query(UNMARK_REPLAYED)
             .bind(id)
             .execute(&self.pool)
@@ -103,7 +102,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn purge_dead_letters(&self, all: bool) -> Result<u64, StoreError> {
+    async fn purge_dead_letters(&self, all: bool) -> Result<u64, StoreError> {
         let deleted = sqlx::query(PURGE_DEAD_LETTERS)
             .bind(all)
             .execute(&self.pool)

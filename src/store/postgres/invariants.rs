@@ -4,8 +4,10 @@
 //! and writes the report.
 
 use super::PgStore;
-use crate::store::model::{DriftRow, drift_finding};
+use crate::store::Invariants;
+use crate::store::invariants::{DriftRow, drift_finding};
 use crate::store::{CounterDrift, Finding, Invariant, StoreError, Totals};
+use async_trait::async_trait;
 
 /// `(session_id, detail)` for each breach of `invariant`. `None` for
 /// [`Invariant::CountersDrift`], which is read through [`PgStore::counter_drift`].
@@ -207,12 +209,13 @@ const REPAIR_COUNTERS: &str = "
     LEFT JOIN sessions s ON s.session_id = w.session_id
     ORDER BY 1";
 
-impl PgStore {
+#[async_trait]
+impl Invariants for PgStore {
     /// How many sessions, messages, archived messages and compactions there are.
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn check_totals(&self) -> Result<Totals, StoreError> {
+    async fn check_totals(&self) -> Result<Totals, StoreError> {
         let totals = sqlx::query_as(check_totals_sql!(
             "SELECT count(*) FROM usage_events WHERE metadata @> '{\"summarization\": true}'"
         ))
@@ -225,7 +228,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable or the query fails.
-    pub async fn breaches(&self, invariant: Invariant) -> Result<Vec<Finding>, StoreError> {
+    async fn breaches(&self, invariant: Invariant) -> Result<Vec<Finding>, StoreError> {
         let Some(sql) = breaches_sql(invariant) else {
             let drift = self.counter_drift().await?;
             return Ok(drift.iter().map(drift_finding).collect());
@@ -238,7 +241,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn counter_drift(&self) -> Result<Vec<CounterDrift>, StoreError> {
+    async fn counter_drift(&self) -> Result<Vec<CounterDrift>, StoreError> {
         let rows: Vec<DriftRow> = sqlx::query_as(COUNTER_DRIFT).fetch_all(&self.pool).await?;
         Ok(rows.into_iter().map(Into::into).collect())
     }
@@ -250,7 +253,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable; nothing is written then.
-    pub async fn repair_counters(&self) -> Result<Vec<CounterDrift>, StoreError> {
+    async fn repair_counters(&self) -> Result<Vec<CounterDrift>, StoreError> {
         let drifted: Vec<String> = self
             .counter_drift()
             .await?

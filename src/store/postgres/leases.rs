@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::{FromRow, Row};
 
@@ -10,279 +11,14 @@ use super::PgStore;
 use crate::compaction::{CountedAt, Loaded, Record};
 use crate::message::Message;
 use crate::outcome::Reason;
-use crate::store::model::{LoadedRow, MessageRow, loaded_from_rows, millis, rememberable};
+use crate::store::Leases;
+use crate::store::counters::rememberable;
+use crate::store::leases::{
+    Found, LoadedRow, MessageRow, cleared_fence, loaded_from_rows, prefix_fence,
+};
+use crate::store::millis;
 use crate::store::sql::{RELEASE_LEASE, RELEASE_LEASE_REMEMBERING};
 use crate::store::{CommitError, Committed, StoreError};
-
-impl PgStore {
-    /// Takes the session's lease for `owner` unless another owner holds an unexpired one,
-    /// and in the same round trip loads the session's messages in `seq` order, with their
-    /// fingerprints. `None` when another owner holds the lease.
-    ///
-    /// # Errors
-    /// When the database is unreachable; no lease is taken then.
-    pub async fn take_lease_and_load(
-        &self,
-        session_id: &str,
-        owner: &str,
-        duration: Duration,
-    ) -> Result<Option<Loaded>, StoreError> {
-        // No row: not leased. One row of NULLs (the LEFT JOIN): leased, no messages.
-        let rows = sqlx::query(concat!(
-            "WITH lease AS (
-                 UPDATE sessions
-                 SET lease_owner = $2, lease_expires_at = now() + $3 * interval '1 millisecond'
-                 WHERE session_id = $1
-                   AND (lease_owner IS NULL OR lease_expires_at <= now())
-                 RETURNING session_id
-             )
-             ",
-            load_leased_sql!()
-        ))
-        .bind(session_id)
-        .bind(owner)
-        .bind(millis(duration))
-        .fetch_all(&self.pool)
-        .await?;
-        loaded_from(&rows)
-    }
-
-    /// Gives the lease up if `owner` still holds it; a no-op otherwise.
-    ///
-    /// # Errors
-    /// When the database is unreachable; the lease then runs out by itself.
-    pub async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
-        sqlx::query(RELEASE_LEASE)
-            .bind(session_id)
-            .bind(owner)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    /// Gives the lease up after the planner refused the history `counted` describes with
-    /// `keep_chars`, and remembers why: until the counters change, [`PgStore::counters`]
-    /// answers with the reason and, for the same keep, the worker neither takes the lease
-    /// nor loads the history again. Reasons that do not depend on the history alone are
-    /// not remembered (the lease is just released).
-    ///
-    /// # Errors
-    /// When the database is unreachable; the lease then runs out by itself.
-    pub async fn release_lease_remembering(
-        &self,
-        session_id: &str,
-        owner: &str,
-        reason: Reason,
-        counted: CountedAt,
-        keep_chars: i64,
-    ) -> Result<(), StoreError> {
-        if !rememberable(reason) {
-            return self.release_lease(session_id, owner).await;
-        }
-        sqlx::query(RELEASE_LEASE_REMEMBERING)
-            .bind(session_id)
-            .bind(owner)
-            .bind(reason.as_str())
-            .bind(counted.total_chars)
-            .bind(i32::try_from(counted.message_count).unwrap_or(i32::MAX))
-            .bind(keep_chars)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    /// Gives the lease up after a failure and puts the session in backoff: no
-    /// summarization before `base x 2^(failures so far)`, capped at `max`, has passed.
-    /// A zero `base` records the failure without a backoff. The failure is counted for
-    /// today under `reason` (`llm_error`, `store_error`). `owner` is the lease this
-    /// worker holds; `None` when the failing statement took none (its transaction rolled
-    /// back): the backoff is then set unless another worker holds a live lease.
-    ///
-    /// The exponent stops at 30 (`base` x 10^9, past any sensible `max`): `power(2, n)`
-    /// overflows a double, and the statement fails, from n = 1024 on. The count itself
-    /// stops at the integer column's limit for the same reason.
-    ///
-    /// # Errors
-    /// When the database is unreachable; the lease then runs out by itself.
-    pub async fn record_failure(
-        &self,
-        session_id: &str,
-        owner: Option<&str>,
-        reason: Reason,
-        base: Duration,
-        max: Duration,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
-            "WITH counted AS (
-                 INSERT INTO failure_daily AS f (day, reason, failures)
-                 VALUES ((now() AT TIME ZONE 'UTC')::date, $5, 1)
-                 ON CONFLICT (day, reason) DO UPDATE SET failures = f.failures + 1
-             )
-             UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
-                 failures = failures + (failures < 2147483647)::integer,
-                 retry_at = CASE WHEN $3 > 0
-                     THEN now() + least($3 * power(2, least(failures, 30)), $4)
-                                  * interval '1 millisecond'
-                 END
-             WHERE session_id = $1
-               AND (lease_owner = $2
-                    OR ($2::text IS NULL
-                        AND (lease_owner IS NULL OR lease_expires_at <= now())))",
-        )
-        .bind(session_id)
-        .bind(owner)
-        .bind(millis(base))
-        .bind(millis(max))
-        .bind(reason.as_str())
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    /// The session's messages in `seq` order.
-    ///
-    /// # Errors
-    /// When the database is unreachable.
-    pub async fn messages(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
-        let rows: Vec<MessageRow> = sqlx::query_as(
-            "SELECT seq, role, coalesce(content, '') AS content, tool_calls, tool_call_id,
-                    is_summary, chars::bigint AS chars, pinned
-             FROM messages WHERE session_id = $1 ORDER BY seq",
-        )
-        .bind(session_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(Message::try_from)
-            .collect::<Result<_, _>>()
-            .map_err(Into::into)
-    }
-
-    /// Replaces the planned prefix with the summary, in one transaction: fences on the
-    /// lease and locks the rows it changes (`fence_and_lock`: without waiting for an
-    /// agent's statement), archives and deletes the prefix (checking it is exactly as planned), inserts
-    /// the summary in its place and the usage event, clears the planned tool results in
-    /// place (archiving their originals, checking they are as planned), drops the
-    /// session's pending summary (which the compaction made stale), and releases the
-    /// lease. A clearing alone (`summarized: false`) removes nothing and writes no summary.
-    ///
-    /// # Errors
-    /// [`CommitError::LeaseLost`] or [`CommitError::PrefixChanged`] when writing would be
-    /// wrong, [`CommitError::RowBusy`] when an agent is writing a row it would change,
-    /// [`CommitError::Store`] when the database fails; nothing is written in any case.
-    pub async fn commit(&self, summary: &Record<'_>) -> Result<Committed, CommitError> {
-        let mut tx = self.pool.begin().await?;
-        // A clearing alone removes nothing: no seq is below the smallest.
-        let cut_seq = if summary.summarized {
-            summary.cut_seq
-        } else {
-            i64::MIN
-        };
-        if !fence_and_lock(&mut tx, summary, cut_seq).await? {
-            return Err(CommitError::LeaseLost);
-        }
-        let metadata = summary.event_metadata();
-        // The usage event and the archived, deleted prefix, whose rows are locked.
-        let archived = sqlx::query(concat!(
-            "WITH event AS (
-                 INSERT INTO usage_events
-                     (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
-                 VALUES ($1, $3, $4, $5, $4 + $5, $6)
-                 RETURNING id
-             ), removed AS (
-                 DELETE FROM messages
-                 WHERE session_id = $1 AND seq < $2 AND role <> 'system' AND seq <> ALL ($7)
-                 RETURNING *, ",
-            fingerprint_sql!(),
-            " AS fingerprint
-             ), archived AS (
-                 INSERT INTO archived_messages (compaction_id, chars, ",
-            message_columns_sql!(),
-            ")
-                 SELECT (SELECT id FROM event), chars, ",
-            message_columns_sql!(),
-            "
-                 FROM removed
-             ), superseded AS (
-                 DELETE FROM pending_summaries WHERE session_id = $1
-                 RETURNING 1
-             )
-             SELECT EXISTS (SELECT 1 FROM superseded) AS superseded,
-                    (SELECT id FROM event) AS id,
-                    coalesce(array_agg(seq ORDER BY seq), '{}') AS seqs,
-                    coalesce(array_agg(chars::bigint ORDER BY seq), '{}') AS chars,
-                    coalesce(array_agg(fingerprint ORDER BY seq), '{}') AS fingerprints
-             FROM removed"
-        ))
-        .bind(summary.session_id)
-        .bind(cut_seq)
-        .bind(summary.model)
-        .bind(summary.prompt_tokens)
-        .bind(summary.completion_tokens)
-        .bind(&metadata)
-        // The pinned messages before the cut, and their partners, stay where they are.
-        .bind(summary.kept_seqs)
-        .fetch_one(&mut *tx)
-        .await?;
-        let seqs: Vec<i64> = archived.try_get("seqs")?;
-        let chars: Vec<i64> = archived.try_get("chars")?;
-        let fingerprints: Vec<String> = archived.try_get("fingerprints")?;
-        let unchanged = seqs == summary.removed_seqs
-            && chars == summary.removed_chars
-            && fingerprints == summary.removed_fingerprints;
-        // Dropping the transaction rolls it back. (A summary's empty plan never reaches
-        // here: the planner always removes something; were it to, nothing is written.)
-        let first_seq = match seqs.first() {
-            _ if !unchanged => return Err(CommitError::PrefixChanged),
-            Some(&first) => Some(first),
-            None if summary.summarized => return Err(CommitError::PrefixChanged),
-            None => None,
-        };
-
-        let id: i64 = archived.try_get("id")?;
-        if !summary.cleared.is_empty() {
-            clear_in_place(&mut tx, summary, id).await?;
-        }
-        let Some(first_seq) = first_seq else {
-            sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
-                .bind(summary.session_id)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            return Ok(Committed {
-                compaction_id: id,
-                superseded: archived.try_get("superseded")?,
-            });
-        };
-        // The summary takes the first removed message's seq: before every kept message,
-        // and after any system message that preceded the old part. The same statement
-        // records the compaction as the session's latest (its row is locked by the fence
-        // already), so replies report it from the counters' read.
-        sqlx::query(
-            "WITH summary AS (
-                 INSERT INTO messages (session_id, seq, role, content, is_summary)
-                 VALUES ($1, $2, 'user', $3, true)
-             )
-             UPDATE sessions
-             SET last_compaction_id = $4, chars_per_token = coalesce($5, chars_per_token)
-             WHERE session_id = $1",
-        )
-        .bind(summary.session_id)
-        .bind(first_seq)
-        .bind(summary.text)
-        .bind(id)
-        .bind(summary.chars_per_token())
-        .execute(&mut *tx)
-        .await?;
-
-        tx.commit().await?;
-        Ok(Committed {
-            compaction_id: id,
-            superseded: archived.try_get("superseded")?,
-        })
-    }
-}
 
 /// The commit's first step: takes the session's row if the lease is still ours (giving
 /// the lease up with it, should the transaction commit), then locks every message row the
@@ -361,16 +97,16 @@ async fn clear_in_place(
     .bind(&seqs)
     .fetch_all(&mut *tx)
     .await?;
-    let as_planned = found.len() == summary.cleared.len()
-        && found.iter().zip(summary.cleared).all(|(row, planned)| {
-            row.try_get::<i64, _>("seq").ok() == Some(planned.seq)
-                && row.try_get::<i64, _>("chars").ok() == Some(planned.chars)
-                && row.try_get::<String, _>("fingerprint").ok().as_deref()
-                    == Some(planned.fingerprint.as_str())
-        });
-    if !as_planned {
-        return Err(CommitError::PrefixChanged);
-    }
+    let found = (found.iter())
+        .map(|row| {
+            Ok((
+                row.try_get("seq")?,
+                row.try_get("chars")?,
+                row.try_get("fingerprint")?,
+            ))
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    cleared_fence(summary, &Found::of(found))?;
     let placeholders: Vec<&str> = summary
         .cleared
         .iter()
@@ -413,4 +149,268 @@ pub(super) fn loaded_from(rows: &[PgRow]) -> Result<Option<Loaded>, StoreError> 
         .map(LoadedRow::from_row)
         .collect::<Result<Vec<LoadedRow>, _>>()?;
     Ok(Some(loaded_from_rows(rows)?))
+}
+
+#[async_trait]
+impl Leases for PgStore {
+    /// Takes the session's lease for `owner` unless another owner holds an unexpired one,
+    /// and in the same round trip loads the session's messages in `seq` order, with their
+    /// fingerprints. `None` when another owner holds the lease.
+    ///
+    /// # Errors
+    /// When the database is unreachable; no lease is taken then.
+    async fn take_lease_and_load(
+        &self,
+        session_id: &str,
+        owner: &str,
+        duration: Duration,
+    ) -> Result<Option<Loaded>, StoreError> {
+        // No row: not leased. One row of NULLs (the LEFT JOIN): leased, no messages.
+        let rows = sqlx::query(concat!(
+            "WITH lease AS (
+                 UPDATE sessions
+                 SET lease_owner = $2, lease_expires_at = now() + $3 * interval '1 millisecond'
+                 WHERE session_id = $1
+                   AND (lease_owner IS NULL OR lease_expires_at <= now())
+                 RETURNING session_id
+             )
+             ",
+            load_leased_sql!()
+        ))
+        .bind(session_id)
+        .bind(owner)
+        .bind(millis(duration))
+        .fetch_all(&self.pool)
+        .await?;
+        loaded_from(&rows)
+    }
+
+    /// Gives the lease up if `owner` still holds it; a no-op otherwise.
+    ///
+    /// # Errors
+    /// When the database is unreachable; the lease then runs out by itself.
+    async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
+        sqlx::query(RELEASE_LEASE)
+            .bind(session_id)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Gives the lease up after the planner refused the history `counted` describes with
+    /// `keep_chars`, and remembers why: until the counters change, [`Counts::counters`](crate::store::Counts::counters)
+    /// answers with the reason and, for the same keep, the worker neither takes the lease
+    /// nor loads the history again. Reasons that do not depend on the history alone are
+    /// not remembered (the lease is just released).
+    ///
+    /// # Errors
+    /// When the database is unreachable; the lease then runs out by itself.
+    async fn release_lease_remembering(
+        &self,
+        session_id: &str,
+        owner: &str,
+        reason: Reason,
+        counted: CountedAt,
+        keep_chars: i64,
+    ) -> Result<(), StoreError> {
+        if !rememberable(reason) {
+            return self.release_lease(session_id, owner).await;
+        }
+        sqlx::query(RELEASE_LEASE_REMEMBERING)
+            .bind(session_id)
+            .bind(owner)
+            .bind(reason.as_str())
+            .bind(counted.total_chars)
+            .bind(i32::try_from(counted.message_count).unwrap_or(i32::MAX))
+            .bind(keep_chars)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Gives the lease up after a failure and puts the session in backoff: no
+    /// summarization before `base x 2^(failures so far)`, capped at `max`, has passed.
+    /// A zero `base` records the failure without a backoff. The failure is counted for
+    /// today under `reason` (`llm_error`, `store_error`). `owner` is the lease this
+    /// worker holds; `None` when the failing statement took none (its transaction rolled
+    /// back): the backoff is then set unless another worker holds a live lease.
+    ///
+    /// The exponent stops at 30 (`base` x 10^9, past any sensible `max`): `power(2, n)`
+    /// overflows a double, and the statement fails, from n = 1024 on. The count itself
+    /// stops at the integer column's limit for the same reason.
+    ///
+    /// # Errors
+    /// When the database is unreachable; the lease then runs out by itself.
+    async fn record_failure(
+        &self,
+        session_id: &str,
+        owner: Option<&str>,
+        reason: Reason,
+        base: Duration,
+        max: Duration,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "WITH counted AS (
+                 INSERT INTO failure_daily AS f (day, reason, failures)
+                 VALUES ((now() AT TIME ZONE 'UTC')::date, $5, 1)
+                 ON CONFLICT (day, reason) DO UPDATE SET failures = f.failures + 1
+             )
+             UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+                 failures = failures + (failures < 2147483647)::integer,
+                 retry_at = CASE WHEN $3 > 0
+                     THEN now() + least($3 * power(2, least(failures, 30)), $4)
+                                  * interval '1 millisecond'
+                 END
+             WHERE session_id = $1
+               AND (lease_owner = $2
+                    OR ($2::text IS NULL
+                        AND (lease_owner IS NULL OR lease_expires_at <= now())))",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .bind(millis(base))
+        .bind(millis(max))
+        .bind(reason.as_str())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The session's messages in `seq` order.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    async fn messages(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        let rows: Vec<MessageRow> = sqlx::query_as(
+            "SELECT seq, role, coalesce(content, '') AS content, tool_calls, tool_call_id,
+                    is_summary, chars::bigint AS chars, pinned
+             FROM messages WHERE session_id = $1 ORDER BY seq",
+        )
+        .bind(session_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(Message::try_from)
+            .collect::<Result<_, _>>()
+            .map_err(Into::into)
+    }
+
+    /// Replaces the planned prefix with the summary, in one transaction: fences on the
+    /// lease and locks the rows it changes (`fence_and_lock`: without waiting for an
+    /// agent's statement), archives and deletes the prefix (checking it is exactly as planned), inserts
+    /// the summary in its place and the usage event, clears the planned tool results in
+    /// place (archiving their originals, checking they are as planned), drops the
+    /// session's pending summary (which the compaction made stale), and releases the
+    /// lease. A clearing alone (`summarized: false`) removes nothing and writes no summary.
+    ///
+    /// # Errors
+    /// [`CommitError::LeaseLost`] or [`CommitError::PrefixChanged`] when writing would be
+    /// wrong, [`CommitError::RowBusy`] when an agent is writing a row it would change,
+    /// [`CommitError::Store`] when the database fails; nothing is written in any case.
+    async fn commit(&self, summary: &Record<'_>) -> Result<Committed, CommitError> {
+        let mut tx = self.pool.begin().await?;
+        // A clearing alone removes nothing: no seq is below the smallest.
+        let cut_seq = if summary.summarized {
+            summary.cut_seq
+        } else {
+            i64::MIN
+        };
+        if !fence_and_lock(&mut tx, summary, cut_seq).await? {
+            return Err(CommitError::LeaseLost);
+        }
+        let metadata = summary.event_metadata();
+        // The usage event and the archived, deleted prefix, whose rows are locked.
+        let archived = sqlx::query(concat!(
+            "WITH event AS (
+                 INSERT INTO usage_events
+                     (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
+                 VALUES ($1, $3, $4, $5, $4 + $5, $6)
+                 RETURNING id
+             ), removed AS (
+                 DELETE FROM messages
+                 WHERE session_id = $1 AND seq < $2 AND role <> 'system' AND seq <> ALL ($7)
+                 RETURNING *, ",
+            fingerprint_sql!(),
+            " AS fingerprint
+             ), archived AS (
+                 INSERT INTO archived_messages (compaction_id, chars, ",
+            message_columns_sql!(),
+            ")
+                 SELECT (SELECT id FROM event), chars, ",
+            message_columns_sql!(),
+            "
+                 FROM removed
+             ), superseded AS (
+                 DELETE FROM pending_summaries WHERE session_id = $1
+                 RETURNING 1
+             )
+             SELECT EXISTS (SELECT 1 FROM superseded) AS superseded,
+                    (SELECT id FROM event) AS id,
+                    coalesce(array_agg(seq ORDER BY seq), '{}') AS seqs,
+                    coalesce(array_agg(chars::bigint ORDER BY seq), '{}') AS chars,
+                    coalesce(array_agg(fingerprint ORDER BY seq), '{}') AS fingerprints
+             FROM removed"
+        ))
+        .bind(summary.session_id)
+        .bind(cut_seq)
+        .bind(summary.model)
+        .bind(summary.prompt_tokens)
+        .bind(summary.completion_tokens)
+        .bind(&metadata)
+        // The pinned messages before the cut, and their partners, stay where they are.
+        .bind(summary.kept_seqs)
+        .fetch_one(&mut *tx)
+        .await?;
+        let removed = Found {
+            seqs: archived.try_get("seqs")?,
+            chars: archived.try_get("chars")?,
+            fingerprints: archived.try_get("fingerprints")?,
+        };
+        // Dropping the transaction rolls the deletion back.
+        let first_seq = prefix_fence(summary, &removed)?;
+
+        let id: i64 = archived.try_get("id")?;
+        if !summary.cleared.is_empty() {
+            clear_in_place(&mut tx, summary, id).await?;
+        }
+        let Some(first_seq) = first_seq else {
+            sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
+                .bind(summary.session_id)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            return Ok(Committed {
+                compaction_id: id,
+                superseded: archived.try_get("superseded")?,
+            });
+        };
+        // The summary takes the first removed message's seq: before every kept message,
+        // and after any system message that preceded the old part. The same statement
+        // records the compaction as the session's latest (its row is locked by the fence
+        // already), so replies report it from the counters' read.
+        sqlx::query(
+            "WITH summary AS (
+                 INSERT INTO messages (session_id, seq, role, content, is_summary)
+                 VALUES ($1, $2, 'user', $3, true)
+             )
+             UPDATE sessions
+             SET last_compaction_id = $4, chars_per_token = coalesce($5, chars_per_token)
+             WHERE session_id = $1",
+        )
+        .bind(summary.session_id)
+        .bind(first_seq)
+        .bind(summary.text)
+        .bind(id)
+        .bind(summary.chars_per_token())
+        .execute(&mut *tx)
+        .await?;
+
+        tx.commit().await?;
+        Ok(Committed {
+            compaction_id: id,
+            superseded: archived.try_get("superseded")?,
+        })
+    }
 }

@@ -3,27 +3,30 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use sqlx::Row;
 
 use super::PgStore;
-use crate::store::model::{SessionRow, millis};
+use crate::store::Operations;
+use crate::store::millis;
+use crate::store::operations::SessionRow;
+use crate::store::operations::{self, RestoreSteps};
 use crate::store::sql::{
     COMPACTION_REMOVED, DELETE_RESTORED_SUMMARY, DELETE_UNCLEARED, LAST_COMPACTION_IN_FORCE,
     RESTORABLE_COMPACTIONS, UNCLEAR, UNRESTORABLE_CLEARED,
 };
-use crate::store::{
-    NotRestored, NotRestoredReason, Pruned, RestoreError, Restored, SessionView, StoreError,
-};
+use crate::store::{Pruned, RestoreError, Restored, SessionView, StoreError};
 
 /// `to_char` pattern for timestamps shown to operators (UTC, RFC 3339).
 const RFC3339: &str = "YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"";
 
-impl PgStore {
+#[async_trait]
+impl Operations for PgStore {
     /// The session's counters, lease, backoff and its last `limit` compactions.
     ///
     /// # Errors
     /// When the database is unreachable. `Ok(None)` for an unknown session.
-    pub async fn session(
+    async fn session(
         &self,
         session_id: &str,
         limit: i64,
@@ -72,11 +75,7 @@ impl PgStore {
     /// # Errors
     /// [`RestoreError`] saying why nothing was written: [`RestoreError::Busy`] when an
     /// agent's statement holds a row it would change.
-    pub async fn restore(
-        &self,
-        session_id: &str,
-        from: Option<i64>,
-    ) -> Result<Restored, RestoreError> {
+    async fn restore(&self, session_id: &str, from: Option<i64>) -> Result<Restored, RestoreError> {
         let mut tx = self.pool.begin().await?;
         // Locks out appends' counter updates and any commit for the session meanwhile.
         let found = sqlx::query("SELECT 1 FROM sessions WHERE session_id = $1 FOR UPDATE")
@@ -98,90 +97,12 @@ impl PgStore {
         .execute(&mut *tx)
         .await;
         match locked {
-            Err(e) if super::commit::is_lock_not_available(&e) => return Err(RestoreError::Busy),
+            Err(e) if super::leases::is_lock_not_available(&e) => return Err(RestoreError::Busy),
             other => other?,
         };
-        let compactions: Vec<i64> = sqlx::query_scalar(RESTORABLE_COMPACTIONS)
-            .bind(session_id)
-            .bind(from)
-            .fetch_all(&mut *tx)
-            .await?;
-        if compactions.is_empty() {
-            return Err(RestoreError::NothingToRestore(from));
-        }
-        let mut messages_restored = 0;
-        let mut not_restored = Vec::new();
-        for &compaction in &compactions {
-            // Its summary took the seq of the first message it removed; a clearing alone
-            // removed none and wrote none.
-            let removed: bool = sqlx::query_scalar(COMPACTION_REMOVED)
-                .bind(compaction)
-                .fetch_one(&mut *tx)
-                .await?;
-            if removed {
-                let summary = sqlx::query(DELETE_RESTORED_SUMMARY)
-                    .bind(session_id)
-                    .bind(compaction)
-                    .execute(&mut *tx)
-                    .await?;
-                if summary.rows_affected() != 1 {
-                    return Err(RestoreError::SummaryMissing(compaction));
-                }
-            }
-            let back = sqlx::query(concat!(
-                "WITH back AS (
-                     DELETE FROM archived_messages WHERE compaction_id = $1 AND NOT cleared
-                     RETURNING *
-                 )
-                 INSERT INTO messages (",
-                message_columns_sql!(),
-                ") SELECT ",
-                message_columns_sql!(),
-                " FROM back"
-            ))
-            .bind(compaction)
-            .execute(&mut *tx)
-            .await?;
-            // A cleared row gets its original content back, in its place, unless the row
-            // is gone or no longer holds the placeholder: that original stays archived.
-            let kept: Vec<(i64, String)> = sqlx::query_as(UNRESTORABLE_CLEARED)
-                .bind(compaction)
-                .fetch_all(&mut *tx)
-                .await?;
-            not_restored.extend(kept.into_iter().map(|(seq, why)| NotRestored {
-                compaction_id: compaction,
-                seq,
-                reason: NotRestoredReason::from_sql(&why),
-            }));
-            let uncleared = sqlx::query(UNCLEAR)
-                .bind(compaction)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(DELETE_UNCLEARED)
-                .bind(compaction)
-                .execute(&mut *tx)
-                .await?;
-            messages_restored +=
-                i64::try_from(back.rows_affected() + uncleared.rows_affected()).unwrap_or(i64::MAX);
-            sqlx::query(
-                "UPDATE usage_events
-                 SET metadata = metadata || jsonb_build_object('restored_at', now())
-                 WHERE id = $1",
-            )
-            .bind(compaction)
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::query(LAST_COMPACTION_IN_FORCE)
-            .bind(session_id)
-            .execute(&mut *tx)
-            .await?;
+        let restored = operations::restore(&mut PgRestore(&mut tx), session_id, from).await?;
         tx.commit().await?;
-        Ok(Restored {
-            compactions,
-            messages_restored,
-            not_restored,
-        })
+        Ok(restored)
     }
 
     /// Deletes archived messages archived more than `older_than` ago. Their usage events
@@ -190,7 +111,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn prune_archive(
+    async fn prune_archive(
         &self,
         older_than: Duration,
         dry_run: bool,
@@ -226,5 +147,104 @@ impl PgStore {
         }
         tx.commit().await?;
         Ok(pruned)
+    }
+}
+
+/// [`operations::RestoreSteps`] on a Postgres transaction.
+struct PgRestore<'a>(&'a mut sqlx::PgConnection);
+
+#[async_trait]
+impl RestoreSteps for PgRestore<'_> {
+    async fn restorable(
+        &mut self,
+        session_id: &str,
+        from: Option<i64>,
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        sqlx::query_scalar(RESTORABLE_COMPACTIONS)
+            .bind(session_id)
+            .bind(from)
+            .fetch_all(&mut *self.0)
+            .await
+    }
+
+    async fn removed_any(&mut self, compaction: i64) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar(COMPACTION_REMOVED)
+            .bind(compaction)
+            .fetch_one(&mut *self.0)
+            .await
+    }
+
+    async fn delete_summary(
+        &mut self,
+        session_id: &str,
+        compaction: i64,
+    ) -> Result<u64, sqlx::Error> {
+        let deleted = sqlx::query(DELETE_RESTORED_SUMMARY)
+            .bind(session_id)
+            .bind(compaction)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(deleted.rows_affected())
+    }
+
+    /// One statement: the archived rows deleted and inserted back.
+    async fn put_back_removed(&mut self, compaction: i64) -> Result<u64, sqlx::Error> {
+        let back = sqlx::query(concat!(
+            "WITH back AS (
+                 DELETE FROM archived_messages WHERE compaction_id = $1 AND NOT cleared
+                 RETURNING *
+             )
+             INSERT INTO messages (",
+            message_columns_sql!(),
+            ") SELECT ",
+            message_columns_sql!(),
+            " FROM back"
+        ))
+        .bind(compaction)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(back.rows_affected())
+    }
+
+    async fn unrestorable_cleared(
+        &mut self,
+        compaction: i64,
+    ) -> Result<Vec<(i64, String)>, sqlx::Error> {
+        sqlx::query_as(UNRESTORABLE_CLEARED)
+            .bind(compaction)
+            .fetch_all(&mut *self.0)
+            .await
+    }
+
+    async fn unclear(&mut self, compaction: i64) -> Result<u64, sqlx::Error> {
+        let uncleared = sqlx::query(UNCLEAR)
+            .bind(compaction)
+            .execute(&mut *self.0)
+            .await?;
+        sqlx::query(DELETE_UNCLEARED)
+            .bind(compaction)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(uncleared.rows_affected())
+    }
+
+    async fn mark_restored(&mut self, compaction: i64) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE usage_events
+             SET metadata = metadata || jsonb_build_object('restored_at', now())
+             WHERE id = $1",
+        )
+        .bind(compaction)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(())
+    }
+
+    async fn set_in_force(&mut self, session_id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(LAST_COMPACTION_IN_FORCE)
+            .bind(session_id)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(())
     }
 }

@@ -4,17 +4,20 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use sqlx::Row;
 
 use super::PgStore;
-use super::commit::loaded_from;
+use super::leases::loaded_from;
 use crate::compaction::record;
 use crate::compaction::{Loaded, Record};
 use crate::config::Limits;
-use crate::store::model::millis;
+use crate::store::Pending;
+use crate::store::millis;
 use crate::store::{Applied, Discard, Saved, StoreError};
 
-impl PgStore {
+#[async_trait]
+impl Pending for PgStore {
     /// Takes the session's lease for a precompute and loads the history, unless another
     /// owner holds the lease or the session already has a pending summary younger than
     /// `ttl` for the same limits and model. One round trip; `None` when there is nothing
@@ -22,7 +25,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable; no lease is taken then.
-    pub async fn take_lease_for_precompute(
+    async fn take_lease_for_precompute(
         &self,
         session_id: &str,
         owner: &str,
@@ -67,7 +70,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database fails; nothing is written then.
-    pub async fn save_pending(
+    async fn save_pending(
         &self,
         pending: &Record<'_>,
         limits: Limits,
@@ -148,7 +151,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database fails; nothing is written then.
-    pub async fn apply_pending(
+    async fn apply_pending(
         &self,
         session_id: &str,
         (request_id, job_id): (&str, Option<&str>),

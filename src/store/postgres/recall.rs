@@ -4,8 +4,10 @@
 //! finds cheaper; either way no other session's row is read into a result.
 
 use super::PgStore;
-use crate::store::model::{RecallQuery, RecalledRow};
+use crate::store::Recall;
+use crate::store::recall::{RecallQuery, RecalledRow};
 use crate::store::{Recalled, StoreError};
+use async_trait::async_trait;
 
 /// Columns of a recalled row as [`RecalledRow`] reads them, `$N` being the max chars:
 /// the content cut there, whether it was, and for a tool result the name of the call it
@@ -39,22 +41,6 @@ macro_rules! recalled_columns_sql {
 }
 
 impl PgStore {
-    /// The archived messages of `session_id` that `query` asks for, each cut at
-    /// `max_chars`: a search's best first (the most of its terms held, then the newest),
-    /// a fetch's in seq order. A copy of a cleared result's placeholder (archived when a
-    /// later summary removed it) is never a result: its original is.
-    ///
-    /// # Errors
-    /// When the database is unreachable.
-    pub async fn recall(
-        &self,
-        session_id: &str,
-        query: &RecallQuery,
-        max_chars: usize,
-    ) -> Result<Vec<Recalled>, StoreError> {
-        (self.recall_within(session_id, query, max_chars, RecallBudget::default())).await
-    }
-
     /// [`Self::recall`], a search bounded by `budget` (see [`Self::bounded_search`]).
     ///
     /// # Errors
@@ -279,4 +265,23 @@ fn like_escaped(text: &str) -> String {
         out.push(c);
     }
     out
+}
+
+#[async_trait]
+impl Recall for PgStore {
+    /// The archived messages of `session_id` that `query` asks for, each cut at
+    /// `max_chars`: a search's best first (the most of its terms held, then the newest),
+    /// a fetch's in seq order. A copy of a cleared result's placeholder (archived when a
+    /// later summary removed it) is never a result: its original is.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    async fn recall(
+        &self,
+        session_id: &str,
+        query: &RecallQuery,
+        max_chars: usize,
+    ) -> Result<Vec<Recalled>, StoreError> {
+        (self.recall_within(session_id, query, max_chars, RecallBudget::default())).await
+    }
 }

@@ -4,18 +4,22 @@
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
+
 use super::PgStore;
 use crate::outcome::Reason;
-use crate::store::model::{StatsRow, report};
+use crate::store::Aggregates;
 use crate::store::sql::{DURATION_BUCKETS, FAILURES_BY_REASON};
+use crate::store::stats::{StatsRow, report};
 use crate::store::{StatsReport, StoreError};
 
-impl PgStore {
+#[async_trait]
+impl Aggregates for PgStore {
     /// Counts a failure of `reason` for today in the rollup.
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn count_failure(&self, reason: Reason) -> Result<(), StoreError> {
+    async fn count_failure(&self, reason: Reason) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO failure_daily AS f (day, reason, failures)
              VALUES ((now() AT TIME ZONE 'UTC')::date, $1, 1)
@@ -31,7 +35,7 @@ impl PgStore {
     ///
     /// # Errors
     /// When the database is unreachable.
-    pub async fn stats(&self, days: i32) -> Result<StatsReport, StoreError> {
+    async fn stats(&self, days: i32) -> Result<StatsReport, StoreError> {
         let totals: StatsRow = sqlx::query_as(
             "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
                     total_tokens_compacted, prompt_tokens, completion_tokens, mean_fact_recall,

@@ -1,8 +1,10 @@
 //! The counters: the no-op path's one primary-key read, alone or batched.
 
 use super::{SqliteStore, now_ms};
-use crate::store::model::{CountersRow, SessionCountersRow};
+use crate::store::Counts;
+use crate::store::counters::{CountersRow, SessionCountersRow};
 use crate::store::{Counters, StoreError};
+use async_trait::async_trait;
 
 /// A counters row ([`CountersRow`]) of the `sessions` row joined with its settings, as
 /// `FROM` [`counters_joined_sql`] gives them, with the session's id. The backoff is read
@@ -19,13 +21,14 @@ macro_rules! counters_columns_sql {
     };
 }
 
-impl SqliteStore {
+#[async_trait]
+impl Counts for SqliteStore {
     /// The session's counters: one primary-key read (a second on `session_settings`' key,
     /// in the same statement). `None` for a session with no row.
     ///
     /// # Errors
     /// When the database fails.
-    pub async fn counters(&self, session_id: &str) -> Result<Option<Counters>, StoreError> {
+    async fn counters(&self, session_id: &str) -> Result<Option<Counters>, StoreError> {
         let row: Option<CountersRow> = sqlx::query_as(concat!(
             "SELECT ",
             counters_columns_sql!(),
@@ -43,7 +46,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the database fails.
-    pub async fn counters_of(
+    async fn counters_of(
         &self,
         session_ids: &[&str],
     ) -> Result<Vec<(String, Counters)>, StoreError> {

@@ -2,10 +2,13 @@
 //! the Postgres store keeps them.
 
 use super::{RFC3339, SqliteStore};
+use crate::store::DeadLetters;
 use crate::store::sql::{INSERT_DEAD_LETTER, PURGE_DEAD_LETTERS, UNMARK_REPLAYED};
 use crate::store::{DeadLetter, NewDeadLetter, StoreError};
+use async_trait::async_trait;
 
-impl SqliteStore {
+#[async_trait]
+impl DeadLetters for SqliteStore {
     /// Whether the session has a compaction made for the durable job `job_id` (its
     /// stream, sequence and publish time): that job delivered again after its commit
     /// (its worker died before the ack) is then done. A client's `request_id` is not
@@ -13,11 +16,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be read.
-    pub async fn compacted_by_job(
-        &self,
-        session_id: &str,
-        job_id: &str,
-    ) -> Result<bool, StoreError> {
+    async fn compacted_by_job(&self, session_id: &str, job_id: &str) -> Result<bool, StoreError> {
         let done = sqlx::query_scalar(
             "SELECT EXISTS (
                  SELECT 1 FROM usage_events
@@ -37,7 +36,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be written; the caller must then leave the job in the stream.
-    pub async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError> {
+    async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError> {
         let _turn = self.write_turn().await?;
         let id = sqlx::query_scalar(INSERT_DEAD_LETTER)
             .bind(job.session_id)
@@ -56,7 +55,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be read.
-    pub async fn dead_letters(&self, all: bool) -> Result<Vec<DeadLetter>, StoreError> {
+    async fn dead_letters(&self, all: bool) -> Result<Vec<DeadLetter>, StoreError> {
         let rows = sqlx::query_as(
             "SELECT id, session_id, subject, msg_id, payload, last_error, deliveries,
                     coalesce(strftime($2, created_at), created_at) AS created_at,
@@ -75,7 +74,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub async fn mark_replayed(&self, id: i64) -> Result<bool, StoreError> {
+    async fn mark_replayed(&self, id: i64) -> Result<bool, StoreError> {
         let _turn = self.write_turn().await?;
         let marked = sqlx::query(
             "UPDATE dead_letters SET replayed_at = strftime($2, 'now')
@@ -93,7 +92,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub async fn unmark_replayed(&self, id: i64) -> Result<(), StoreError> {
+    async fn unmark_replayed(&self, id: i64) -> Result<(), StoreError> {
         let _turn = self.write_turn().await?;
         sqlx::query(UNMARK_REPLAYED)
             .bind(id)
@@ -107,7 +106,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub async fn purge_dead_letters(&self, all: bool) -> Result<u64, StoreError> {
+    async fn purge_dead_letters(&self, all: bool) -> Result<u64, StoreError> {
         let _turn = self.write_turn().await?;
         let deleted = sqlx::query(PURGE_DEAD_LETTERS)
             .bind(all)

@@ -2,10 +2,12 @@
 //! invariants as on Postgres, each one query listing the sessions that break it, in
 //! SQLite's JSON functions.
 
+use async_trait::async_trait;
 use sqlx::Row;
 
 use super::SqliteStore;
-use crate::store::model::{DriftRow, drift_finding};
+use crate::store::Invariants;
+use crate::store::invariants::{DriftRow, drift_finding};
 use crate::store::{CounterDrift, Finding, Invariant, StoreError, Totals};
 
 /// The calls of `<alias>.tool_calls` as the worker reads them (`Message::calls`), as
@@ -285,12 +287,13 @@ macro_rules! counter_drift_sql {
     };
 }
 
-impl SqliteStore {
+#[async_trait]
+impl Invariants for SqliteStore {
     /// How many sessions, messages, archived messages and compactions there are.
     ///
     /// # Errors
     /// When the file cannot be read.
-    pub async fn check_totals(&self) -> Result<Totals, StoreError> {
+    async fn check_totals(&self) -> Result<Totals, StoreError> {
         let totals = sqlx::query_as(check_totals_sql!(
             "SELECT count(*) FROM usage_events WHERE json_type(metadata, '$.summarization') = 'true'"
         ))
@@ -305,7 +308,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be read or the query fails.
-    pub async fn breaches(&self, invariant: Invariant) -> Result<Vec<Finding>, StoreError> {
+    async fn breaches(&self, invariant: Invariant) -> Result<Vec<Finding>, StoreError> {
         if invariant == Invariant::TextNotUtf8 {
             return Ok(text_not_utf8(&self.pool).await?);
         }
@@ -321,7 +324,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be read.
-    pub async fn counter_drift(&self) -> Result<Vec<CounterDrift>, StoreError> {
+    async fn counter_drift(&self) -> Result<Vec<CounterDrift>, StoreError> {
         let rows: Vec<DriftRow> = sqlx::query_as(counter_drift_sql!())
             .fetch_all(&self.pool)
             .await?;
@@ -335,7 +338,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be written; nothing is written then.
-    pub async fn repair_counters(&self) -> Result<Vec<CounterDrift>, StoreError> {
+    async fn repair_counters(&self) -> Result<Vec<CounterDrift>, StoreError> {
         let mut tx = self.begin_write().await?;
         let rows: Vec<DriftRow> = sqlx::query_as(counter_drift_sql!())
             .fetch_all(&mut *tx)

@@ -3,47 +3,21 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use sqlx::{Row, SqliteConnection};
 
 use super::{SqliteStore, now_ms};
 use crate::compaction::{CountedAt, Loaded, Record};
 use crate::message::Message;
 use crate::outcome::Reason;
-use crate::store::model::{LoadedRow, loaded_from_rows, millis, rememberable};
+use crate::store::Leases;
+use crate::store::counters::rememberable;
+use crate::store::leases::{Found, LoadedRow, cleared_fence, loaded_from_rows, prefix_fence};
+use crate::store::millis;
 use crate::store::sql::{RELEASE_LEASE, RELEASE_LEASE_REMEMBERING};
 use crate::store::{CommitError, Committed, StoreError};
 
 impl SqliteStore {
-    /// Takes the session's lease for `owner` unless another owner holds an unexpired one,
-    /// then loads the session's messages with their fingerprints. Two statements, where
-    /// Postgres makes one: a message appended in between is loaded or not, and either
-    /// way the commit fences on what was loaded.
-    ///
-    /// # Errors
-    /// When the database fails; no lease is taken then.
-    pub async fn take_lease_and_load(
-        &self,
-        session_id: &str,
-        owner: &str,
-        duration: Duration,
-    ) -> Result<Option<Loaded>, StoreError> {
-        let turn = self.write_turn().await?;
-        let taken = sqlx::query(concat!(
-            "UPDATE sessions SET lease_owner = $2, lease_expires_at = $3 + $4
-             WHERE session_id = $1 AND ",
-            lease_free_sql!("$3")
-        ))
-        .bind(session_id)
-        .bind(owner)
-        .bind(now_ms())
-        .bind(millis(duration))
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        drop(turn);
-        self.load_if_leased(taken > 0, session_id, owner).await
-    }
-
     /// After a statement that took the session's lease for `owner` (`leased`) or not:
     /// the history, or `None`. A failed load gives the lease back.
     pub(super) async fn load_if_leased(
@@ -77,182 +51,6 @@ impl SqliteStore {
         .fetch_all(&self.pool)
         .await?;
         Ok(loaded_from_rows(rows)?)
-    }
-
-    /// Gives the lease up if `owner` still holds it; a no-op otherwise.
-    ///
-    /// # Errors
-    /// When the database fails; the lease then runs out by itself.
-    pub async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await?;
-        sqlx::query(RELEASE_LEASE)
-            .bind(session_id)
-            .bind(owner)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    /// Gives the lease up and remembers why the planner refused the history `counted`
-    /// describes, as [`crate::store::Store::release_lease_remembering`] does.
-    ///
-    /// # Errors
-    /// When the database fails; the lease then runs out by itself.
-    pub async fn release_lease_remembering(
-        &self,
-        session_id: &str,
-        owner: &str,
-        reason: Reason,
-        counted: CountedAt,
-        keep_chars: i64,
-    ) -> Result<(), StoreError> {
-        if !rememberable(reason) {
-            return self.release_lease(session_id, owner).await;
-        }
-        let _turn = self.write_turn().await?;
-        sqlx::query(RELEASE_LEASE_REMEMBERING)
-            .bind(session_id)
-            .bind(owner)
-            .bind(reason.as_str())
-            .bind(counted.total_chars)
-            .bind(counted.message_count)
-            .bind(keep_chars)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    /// Gives the lease up after a failure and puts the session in backoff, as
-    /// [`crate::store::Store::record_failure`] does (the same exponent cap of 30; a product
-    /// past SQLite's integers becomes a real, and the cap at `max` applies to it).
-    ///
-    /// # Errors
-    /// When the database fails; the lease then runs out by itself.
-    pub async fn record_failure(
-        &self,
-        session_id: &str,
-        owner: Option<&str>,
-        reason: Reason,
-        base: Duration,
-        max: Duration,
-    ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(count_failure_sql!())
-            .bind(reason.as_str())
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
-                 failures = failures + (failures < 2147483647),
-                 retry_at = CASE WHEN $3 > 0
-                     THEN $5 + min($3 * (1 << min(failures, 30)), $4)
-                 END
-             WHERE session_id = $1
-               AND (lease_owner = $2
-                    OR ($2 IS NULL AND (lease_owner IS NULL OR lease_expires_at <= $5)))",
-        )
-        .bind(session_id)
-        .bind(owner)
-        .bind(millis(base))
-        .bind(millis(max))
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// The session's messages in `seq` order.
-    ///
-    /// # Errors
-    /// When the database fails.
-    pub async fn messages(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
-        Ok(self.load(session_id).await?.messages)
-    }
-
-    /// Replaces the planned prefix with the summary, in one transaction that holds the
-    /// file's write lock from its first statement: fences on the lease, checks the prefix
-    /// is exactly as planned (seqs, chars and row versions), writes the usage event,
-    /// archives and deletes the prefix, drops a pending summary, inserts the summary in
-    /// the prefix's place and releases the lease. Appends from other connections wait
-    /// for it (busy timeout) and land after it.
-    ///
-    /// # Errors
-    /// As [`crate::store::Store::commit`]; nothing is written in any case.
-    pub async fn commit(&self, summary: &Record<'_>) -> Result<Committed, CommitError> {
-        let mut tx = self.begin_write().await?;
-        let fenced = sqlx::query(
-            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
-                 failures = 0, retry_at = NULL
-             WHERE session_id = $1 AND lease_owner = $2",
-        )
-        .bind(summary.session_id)
-        .bind(summary.lease_owner)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if fenced == 0 {
-            return Err(CommitError::LeaseLost);
-        }
-        // A clearing alone removes nothing: no seq is below the smallest. The pinned
-        // messages before the cut, and their partners, stay where they are.
-        let replaced = Replaced::Planned {
-            cut_seq: if summary.summarized {
-                summary.cut_seq
-            } else {
-                i64::MIN
-            },
-            kept: summary.kept_seqs,
-        };
-        let prefix = Prefix::read(&mut tx, summary.session_id, replaced).await?;
-        let unchanged = prefix.is(
-            summary.removed_seqs,
-            summary.removed_chars,
-            summary.removed_fingerprints,
-        );
-        // Dropping the transaction rolls it back.
-        let first_seq = match prefix.seqs.first() {
-            _ if !unchanged => return Err(CommitError::PrefixChanged),
-            Some(&first) => Some(first),
-            None if summary.summarized => return Err(CommitError::PrefixChanged),
-            None => None,
-        };
-        if !cleared_as_planned(&mut tx, summary).await? {
-            return Err(CommitError::PrefixChanged);
-        }
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO usage_events
-                 (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
-             VALUES ($1, $2, $3, $4, $3 + $4, $5)
-             RETURNING id",
-        )
-        .bind(summary.session_id)
-        .bind(summary.model)
-        .bind(summary.prompt_tokens)
-        .bind(summary.completion_tokens)
-        .bind(summary.event_metadata().to_string())
-        .fetch_one(&mut *tx)
-        .await?;
-        let superseded = replace_prefix(&mut tx, summary.session_id, replaced, id).await?;
-        clear_in_place(&mut tx, summary, id).await?;
-        match first_seq {
-            Some(seq) => {
-                let written = (summary.text, summary.chars_per_token());
-                write_summary(&mut tx, summary.session_id, seq, written, id).await?;
-            }
-            None => {
-                sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
-                    .bind(summary.session_id)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(Committed {
-            compaction_id: id,
-            superseded,
-        })
     }
 }
 
@@ -294,11 +92,7 @@ impl Replaced<'_> {
 }
 
 /// The rows a commit or a pending summary replaces, as it compares them with the plan.
-pub(super) struct Prefix {
-    seqs: Vec<i64>,
-    chars: Vec<i64>,
-    versions: Vec<String>,
-}
+pub(super) struct Prefix(pub(super) Found);
 
 impl Prefix {
     pub(super) async fn read(
@@ -317,22 +111,21 @@ impl Prefix {
         .bind(seqs)
         .fetch_all(tx)
         .await?;
-        let mut prefix = Self {
-            seqs: Vec::with_capacity(rows.len()),
-            chars: Vec::with_capacity(rows.len()),
-            versions: Vec::with_capacity(rows.len()),
-        };
-        for row in &rows {
-            prefix.seqs.push(row.try_get("seq")?);
-            prefix.chars.push(row.try_get("chars")?);
-            prefix.versions.push(row.try_get("version")?);
-        }
-        Ok(prefix)
+        let rows = (rows.iter())
+            .map(|row| {
+                Ok((
+                    row.try_get("seq")?,
+                    row.try_get("chars")?,
+                    row.try_get("version")?,
+                ))
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        Ok(Self(Found::of(rows)))
     }
 
     /// Exactly the planned prefix: the same rows, of the same sizes, in the same versions.
     pub(super) fn is(&self, seqs: &[i64], chars: &[i64], versions: &[String]) -> bool {
-        self.seqs == seqs && self.chars == chars && self.versions == versions
+        self.0.seqs == seqs && self.0.chars == chars && self.0.fingerprints == versions
     }
 }
 
@@ -375,29 +168,21 @@ pub(super) async fn replace_prefix(
 
 /// Whether the tool results `summary` clears are exactly as planned: the same rows, of
 /// the same sizes, in the same versions (an agent's edit meanwhile is not overwritten).
-async fn cleared_as_planned(
+async fn cleared_rows(
     tx: &mut SqliteConnection,
     summary: &Record<'_>,
-) -> Result<bool, sqlx::Error> {
-    for planned in summary.cleared {
-        let row = sqlx::query(
-            "SELECT chars, CAST(row_version AS TEXT) AS version FROM messages
-             WHERE session_id = $1 AND seq = $2",
-        )
-        .bind(summary.session_id)
-        .bind(planned.seq)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let same = row.is_some_and(|row| {
-            row.try_get::<i64, _>("chars").ok() == Some(planned.chars)
-                && row.try_get::<String, _>("version").ok().as_deref()
-                    == Some(planned.fingerprint.as_str())
-        });
-        if !same {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+) -> Result<Found, sqlx::Error> {
+    let seqs: Vec<i64> = summary.cleared.iter().map(|c| c.seq).collect();
+    let rows: Vec<(i64, i64, String)> = sqlx::query_as(
+        "SELECT seq, chars, CAST(row_version AS TEXT) FROM messages
+         WHERE session_id = $1 AND seq IN (SELECT value FROM json_each($2)) ORDER BY seq",
+    )
+    .bind(summary.session_id)
+    // A list of integers always serializes.
+    .bind(serde_json::to_string(&seqs).unwrap_or_else(|_| "[]".to_owned()))
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(Found::of(rows))
 }
 
 /// Archives the tool results `summary` clears under `compaction_id` (`cleared`) and
@@ -465,4 +250,201 @@ pub(super) async fn write_summary(
     .execute(&mut *tx)
     .await?;
     Ok(())
+}
+
+#[async_trait]
+impl Leases for SqliteStore {
+    /// Takes the session's lease for `owner` unless another owner holds an unexpired one,
+    /// then loads the session's messages with their fingerprints. Two statements, where
+    /// Postgres makes one: a message appended in between is loaded or not, and either
+    /// way the commit fences on what was loaded.
+    ///
+    /// # Errors
+    /// When the database fails; no lease is taken then.
+    async fn take_lease_and_load(
+        &self,
+        session_id: &str,
+        owner: &str,
+        duration: Duration,
+    ) -> Result<Option<Loaded>, StoreError> {
+        let turn = self.write_turn().await?;
+        let taken = sqlx::query(concat!(
+            "UPDATE sessions SET lease_owner = $2, lease_expires_at = $3 + $4
+             WHERE session_id = $1 AND ",
+            lease_free_sql!("$3")
+        ))
+        .bind(session_id)
+        .bind(owner)
+        .bind(now_ms())
+        .bind(millis(duration))
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        drop(turn);
+        self.load_if_leased(taken > 0, session_id, owner).await
+    }
+
+    /// Gives the lease up if `owner` still holds it; a no-op otherwise.
+    ///
+    /// # Errors
+    /// When the database fails; the lease then runs out by itself.
+    async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await?;
+        sqlx::query(RELEASE_LEASE)
+            .bind(session_id)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Gives the lease up and remembers why the planner refused the history `counted`
+    /// describes, as [`crate::store::Leases::release_lease_remembering`] does.
+    ///
+    /// # Errors
+    /// When the database fails; the lease then runs out by itself.
+    async fn release_lease_remembering(
+        &self,
+        session_id: &str,
+        owner: &str,
+        reason: Reason,
+        counted: CountedAt,
+        keep_chars: i64,
+    ) -> Result<(), StoreError> {
+        if !rememberable(reason) {
+            return self.release_lease(session_id, owner).await;
+        }
+        let _turn = self.write_turn().await?;
+        sqlx::query(RELEASE_LEASE_REMEMBERING)
+            .bind(session_id)
+            .bind(owner)
+            .bind(reason.as_str())
+            .bind(counted.total_chars)
+            .bind(counted.message_count)
+            .bind(keep_chars)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Gives the lease up after a failure and puts the session in backoff, as
+    /// [`crate::store::Leases::record_failure`] does (the same exponent cap of 30; a product
+    /// past SQLite's integers becomes a real, and the cap at `max` applies to it).
+    ///
+    /// # Errors
+    /// When the database fails; the lease then runs out by itself.
+    async fn record_failure(
+        &self,
+        session_id: &str,
+        owner: Option<&str>,
+        reason: Reason,
+        base: Duration,
+        max: Duration,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(count_failure_sql!())
+            .bind(reason.as_str())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+                 failures = failures + (failures < 2147483647),
+                 retry_at = CASE WHEN $3 > 0
+                     THEN $5 + min($3 * (1 << min(failures, 30)), $4)
+                 END
+             WHERE session_id = $1
+               AND (lease_owner = $2
+                    OR ($2 IS NULL AND (lease_owner IS NULL OR lease_expires_at <= $5)))",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .bind(millis(base))
+        .bind(millis(max))
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The session's messages in `seq` order.
+    ///
+    /// # Errors
+    /// When the database fails.
+    async fn messages(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
+        Ok(self.load(session_id).await?.messages)
+    }
+
+    /// Replaces the planned prefix with the summary, in one transaction that holds the
+    /// file's write lock from its first statement: fences on the lease, checks the prefix
+    /// is exactly as planned (seqs, chars and row versions), writes the usage event,
+    /// archives and deletes the prefix, drops a pending summary, inserts the summary in
+    /// the prefix's place and releases the lease. Appends from other connections wait
+    /// for it (busy timeout) and land after it.
+    ///
+    /// # Errors
+    /// As [`crate::store::Leases::commit`]; nothing is written in any case.
+    async fn commit(&self, summary: &Record<'_>) -> Result<Committed, CommitError> {
+        let mut tx = self.begin_write().await?;
+        let fenced = sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+                 failures = 0, retry_at = NULL
+             WHERE session_id = $1 AND lease_owner = $2",
+        )
+        .bind(summary.session_id)
+        .bind(summary.lease_owner)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if fenced == 0 {
+            return Err(CommitError::LeaseLost);
+        }
+        // A clearing alone removes nothing: no seq is below the smallest. The pinned
+        // messages before the cut, and their partners, stay where they are.
+        let replaced = Replaced::Planned {
+            cut_seq: if summary.summarized {
+                summary.cut_seq
+            } else {
+                i64::MIN
+            },
+            kept: summary.kept_seqs,
+        };
+        // Dropping the transaction rolls it back.
+        let prefix = Prefix::read(&mut tx, summary.session_id, replaced).await?;
+        let first_seq = prefix_fence(summary, &prefix.0)?;
+        cleared_fence(summary, &cleared_rows(&mut tx, summary).await?)?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO usage_events
+                 (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
+             VALUES ($1, $2, $3, $4, $3 + $4, $5)
+             RETURNING id",
+        )
+        .bind(summary.session_id)
+        .bind(summary.model)
+        .bind(summary.prompt_tokens)
+        .bind(summary.completion_tokens)
+        .bind(summary.event_metadata().to_string())
+        .fetch_one(&mut *tx)
+        .await?;
+        let superseded = replace_prefix(&mut tx, summary.session_id, replaced, id).await?;
+        clear_in_place(&mut tx, summary, id).await?;
+        match first_seq {
+            Some(seq) => {
+                let written = (summary.text, summary.chars_per_token());
+                write_summary(&mut tx, summary.session_id, seq, written, id).await?;
+            }
+            None => {
+                sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
+                    .bind(summary.session_id)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(Committed {
+            compaction_id: id,
+            superseded,
+        })
+    }
 }

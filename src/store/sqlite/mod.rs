@@ -25,16 +25,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::{
-    Applied, Backend, CommitError, Committed, CounterDrift, Counters, DeadLetter, Finding,
-    Invariant, NewDeadLetter, Pruned, RecallQuery, Recalled, RestoreError, Restored, Saved,
-    SessionView, SettingsError, StatsReport, Store, StoreError, Totals,
-};
-use crate::compaction::{CountedAt, Loaded, Record};
-use crate::config::Limits;
-use crate::message::Message;
-use crate::outcome::Reason;
-use crate::overrides::{Change, SessionSettings};
+use super::{Backend, Lifecycle, StoreError};
 
 /// How long a statement waits for another connection's write lock before failing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -92,36 +83,6 @@ impl SqliteStore {
 
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
-    }
-
-    /// Closes the pool, waiting for connections in use to come back.
-    pub async fn close(&self) {
-        self.pool.close().await;
-    }
-
-    /// Applies the migrations in `migrations/sqlite/`.
-    ///
-    /// sqlx takes no lock around SQLite migrations (its Postgres migrator holds an
-    /// advisory lock): processes started at once on a new file each find nothing
-    /// applied, and all but the first then fail on tables that exist. A failed run is
-    /// tried again, a few times, after a pause: by then the first process has applied the
-    /// migrations and a run finds nothing left to do. A migration that really fails fails
-    /// every time and is reported after the last attempt.
-    ///
-    /// # Errors
-    /// When the file cannot be opened or a migration fails.
-    pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        let mut attempts = 1;
-        loop {
-            match sqlx::migrate!("./migrations/sqlite").run(&self.pool).await {
-                Err(e) if attempts < MIGRATION_ATTEMPTS => {
-                    tracing::debug!(error = %e, "migrating the SQLite file; trying again");
-                    attempts += 1;
-                    tokio::time::sleep(Duration::from_millis(100 * fastrand::u64(1..=5))).await;
-                }
-                done => return done,
-            }
-        }
     }
 
     /// This process's turn to write: hold it over a statement or transaction that writes.
@@ -234,31 +195,18 @@ macro_rules! count_failure_sql {
 }
 
 // After the SQL macros, which they use.
-mod commit;
 mod counters;
 mod dead_letters;
 mod invariants;
+mod leases;
+mod operations;
 mod pending;
 mod recall;
-mod restore;
 mod settings;
 mod stats;
-#[cfg(test)]
-mod tests;
-
-impl SqliteStore {
-    /// One round trip, for readiness probes.
-    ///
-    /// # Errors
-    /// When the file cannot be opened.
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-}
 
 #[async_trait]
-impl Store for SqliteStore {
+impl Lifecycle for SqliteStore {
     fn backend(&self) -> Backend {
         Backend::Sqlite
     }
@@ -267,191 +215,45 @@ impl Store for SqliteStore {
         (self.pool.size(), self.pool.num_idle())
     }
 
+    /// Closes the pool, waiting for connections in use to come back.
     async fn close(&self) {
-        SqliteStore::close(self).await;
+        self.pool.close().await;
     }
 
+    /// Applies the migrations in `migrations/sqlite/`.
+    ///
+    /// sqlx takes no lock around SQLite migrations (its Postgres migrator holds an
+    /// advisory lock): processes started at once on a new file each find nothing
+    /// applied, and all but the first then fail on tables that exist. A failed run is
+    /// tried again, a few times, after a pause: by then the first process has applied the
+    /// migrations and a run finds nothing left to do. A migration that really fails fails
+    /// every time and is reported after the last attempt.
+    ///
+    /// # Errors
+    /// When the file cannot be opened or a migration fails.
     async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        SqliteStore::migrate(self).await
+        let mut attempts = 1;
+        loop {
+            match sqlx::migrate!("./migrations/sqlite").run(&self.pool).await {
+                Err(e) if attempts < MIGRATION_ATTEMPTS => {
+                    tracing::debug!(error = %e, "migrating the SQLite file; trying again");
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(100 * fastrand::u64(1..=5))).await;
+                }
+                done => return done,
+            }
+        }
     }
 
+    /// One round trip, for readiness probes.
+    ///
+    /// # Errors
+    /// When the file cannot be opened.
     async fn ping(&self) -> Result<(), StoreError> {
-        SqliteStore::ping(self).await
-    }
-
-    async fn counters(&self, session_id: &str) -> Result<Option<Counters>, StoreError> {
-        SqliteStore::counters(self, session_id).await
-    }
-
-    async fn counters_of(
-        &self,
-        session_ids: &[&str],
-    ) -> Result<Vec<(String, Counters)>, StoreError> {
-        SqliteStore::counters_of(self, session_ids).await
-    }
-
-    async fn take_lease_and_load(
-        &self,
-        session_id: &str,
-        owner: &str,
-        duration: Duration,
-    ) -> Result<Option<Loaded>, StoreError> {
-        SqliteStore::take_lease_and_load(self, session_id, owner, duration).await
-    }
-
-    async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
-        SqliteStore::release_lease(self, session_id, owner).await
-    }
-
-    async fn release_lease_remembering(
-        &self,
-        session_id: &str,
-        owner: &str,
-        reason: Reason,
-        counted: CountedAt,
-        keep_chars: i64,
-    ) -> Result<(), StoreError> {
-        SqliteStore::release_lease_remembering(self, session_id, owner, reason, counted, keep_chars)
-            .await
-    }
-
-    async fn record_failure(
-        &self,
-        session_id: &str,
-        owner: Option<&str>,
-        reason: Reason,
-        base: Duration,
-        max: Duration,
-    ) -> Result<(), StoreError> {
-        SqliteStore::record_failure(self, session_id, owner, reason, base, max).await
-    }
-
-    async fn messages(&self, session_id: &str) -> Result<Vec<Message>, StoreError> {
-        SqliteStore::messages(self, session_id).await
-    }
-
-    async fn commit(&self, summary: &Record<'_>) -> Result<Committed, CommitError> {
-        SqliteStore::commit(self, summary).await
-    }
-
-    async fn take_lease_for_precompute(
-        &self,
-        session_id: &str,
-        owner: &str,
-        duration: Duration,
-        planned: (Limits, Option<&str>),
-        ttl: Duration,
-    ) -> Result<Option<Loaded>, StoreError> {
-        SqliteStore::take_lease_for_precompute(self, session_id, owner, duration, planned, ttl)
-            .await
-    }
-
-    async fn save_pending(
-        &self,
-        pending: &Record<'_>,
-        limits: Limits,
-        ttl: Duration,
-    ) -> Result<Saved, StoreError> {
-        SqliteStore::save_pending(self, pending, limits, ttl).await
-    }
-
-    async fn apply_pending(
-        &self,
-        session_id: &str,
-        ids: (&str, Option<&str>),
-        planned: (Limits, Option<&str>),
-        ttl: Duration,
-    ) -> Result<Applied, StoreError> {
-        SqliteStore::apply_pending(self, session_id, ids, planned, ttl).await
-    }
-
-    async fn session(
-        &self,
-        session_id: &str,
-        limit: i64,
-    ) -> Result<Option<SessionView>, StoreError> {
-        SqliteStore::session(self, session_id, limit).await
-    }
-
-    async fn restore(&self, session_id: &str, from: Option<i64>) -> Result<Restored, RestoreError> {
-        SqliteStore::restore(self, session_id, from).await
-    }
-
-    async fn prune_archive(
-        &self,
-        older_than: Duration,
-        dry_run: bool,
-    ) -> Result<Pruned, StoreError> {
-        SqliteStore::prune_archive(self, older_than, dry_run).await
-    }
-
-    async fn recall(
-        &self,
-        session_id: &str,
-        query: &RecallQuery,
-        max_chars: usize,
-    ) -> Result<Vec<Recalled>, StoreError> {
-        SqliteStore::recall(self, session_id, query, max_chars).await
-    }
-
-    async fn session_settings(&self, session_id: &str) -> Result<SessionSettings, StoreError> {
-        SqliteStore::session_settings(self, session_id).await
-    }
-
-    async fn change_session_settings(
-        &self,
-        session_id: &str,
-        changes: &[Change],
-        configured: Limits,
-    ) -> Result<SessionSettings, SettingsError> {
-        SqliteStore::change_session_settings(self, session_id, changes, configured).await
-    }
-
-    async fn count_failure(&self, reason: Reason) -> Result<(), StoreError> {
-        SqliteStore::count_failure(self, reason).await
-    }
-
-    async fn stats(&self, days: i32) -> Result<StatsReport, StoreError> {
-        SqliteStore::stats(self, days).await
-    }
-
-    async fn compacted_by_job(&self, session_id: &str, job_id: &str) -> Result<bool, StoreError> {
-        SqliteStore::compacted_by_job(self, session_id, job_id).await
-    }
-
-    async fn dead_letter(&self, job: &NewDeadLetter<'_>) -> Result<Option<i64>, StoreError> {
-        SqliteStore::dead_letter(self, job).await
-    }
-
-    async fn dead_letters(&self, all: bool) -> Result<Vec<DeadLetter>, StoreError> {
-        SqliteStore::dead_letters(self, all).await
-    }
-
-    async fn mark_replayed(&self, id: i64) -> Result<bool, StoreError> {
-        SqliteStore::mark_replayed(self, id).await
-    }
-
-    async fn unmark_replayed(&self, id: i64) -> Result<(), StoreError> {
-        SqliteStore::unmark_replayed(self, id).await
-    }
-
-    async fn purge_dead_letters(&self, all: bool) -> Result<u64, StoreError> {
-        SqliteStore::purge_dead_letters(self, all).await
-    }
-
-    async fn check_totals(&self) -> Result<Totals, StoreError> {
-        SqliteStore::check_totals(self).await
-    }
-
-    async fn breaches(&self, invariant: Invariant) -> Result<Vec<Finding>, StoreError> {
-        SqliteStore::breaches(self, invariant).await
-    }
-
-    async fn counter_drift(&self) -> Result<Vec<CounterDrift>, StoreError> {
-        SqliteStore::counter_drift(self).await
-    }
-
-    async fn repair_counters(&self) -> Result<Vec<CounterDrift>, StoreError> {
-        SqliteStore::repair_counters(self).await
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

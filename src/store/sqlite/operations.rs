@@ -3,17 +3,19 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use sqlx::Row;
 
 use super::{RFC3339, SqliteStore, now_ms};
-use crate::store::model::{SessionRow, millis};
+use crate::store::Operations;
+use crate::store::millis;
+use crate::store::operations::SessionRow;
+use crate::store::operations::{self, RestoreSteps};
 use crate::store::sql::{
     COMPACTION_REMOVED, DELETE_RESTORED_SUMMARY, DELETE_UNCLEARED, LAST_COMPACTION_IN_FORCE,
     RESTORABLE_COMPACTIONS, UNCLEAR, UNRESTORABLE_CLEARED,
 };
-use crate::store::{
-    NotRestored, NotRestoredReason, Pruned, RestoreError, Restored, SessionView, StoreError,
-};
+use crate::store::{Pruned, RestoreError, Restored, SessionView, StoreError};
 
 /// An archived row archived before the cutoff `$1`, in unix milliseconds (2440587.5 is
 /// the julian day of the unix epoch). julianday() reads any form of timestamp SQLite
@@ -24,14 +26,15 @@ macro_rules! archived_before_sql {
     };
 }
 
-impl SqliteStore {
+#[async_trait]
+impl Operations for SqliteStore {
     /// The session's counters, lease, backoff and its last `limit` compactions. The lease's
     /// and backoff's instants, stored as unix milliseconds, are shown as RFC 3339 text,
     /// as Postgres shows its timestamps.
     ///
     /// # Errors
     /// When the file cannot be read. `Ok(None)` for an unknown session.
-    pub async fn session(
+    async fn session(
         &self,
         session_id: &str,
         limit: i64,
@@ -79,11 +82,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`RestoreError`] saying why nothing was written.
-    pub async fn restore(
-        &self,
-        session_id: &str,
-        from: Option<i64>,
-    ) -> Result<Restored, RestoreError> {
+    async fn restore(&self, session_id: &str, from: Option<i64>) -> Result<Restored, RestoreError> {
         let mut tx = self.begin_write().await?;
         let found = sqlx::query("SELECT 1 FROM sessions WHERE session_id = $1")
             .bind(session_id)
@@ -92,90 +91,9 @@ impl SqliteStore {
         if found.is_none() {
             return Err(RestoreError::UnknownSession(session_id.to_owned()));
         }
-        let compactions: Vec<i64> = sqlx::query_scalar(RESTORABLE_COMPACTIONS)
-            .bind(session_id)
-            .bind(from)
-            .fetch_all(&mut *tx)
-            .await?;
-        if compactions.is_empty() {
-            return Err(RestoreError::NothingToRestore(from));
-        }
-        let mut messages_restored = 0;
-        let mut not_restored = Vec::new();
-        for &compaction in &compactions {
-            // Its summary took the seq of the first message it removed; a clearing alone
-            // removed none and wrote none.
-            let removed: bool = sqlx::query_scalar(COMPACTION_REMOVED)
-                .bind(compaction)
-                .fetch_one(&mut *tx)
-                .await?;
-            if removed {
-                let summary = sqlx::query(DELETE_RESTORED_SUMMARY)
-                    .bind(session_id)
-                    .bind(compaction)
-                    .execute(&mut *tx)
-                    .await?;
-                if summary.rows_affected() != 1 {
-                    return Err(RestoreError::SummaryMissing(compaction));
-                }
-            }
-            // SQLite has no DELETE in a CTE: copy back, then delete, in the same
-            // transaction. Each row gets a new row_version, as a new row gets a new xmin.
-            let back = sqlx::query(concat!(
-                "INSERT INTO messages (",
-                message_columns_sql!(),
-                ") SELECT ",
-                message_columns_sql!(),
-                " FROM archived_messages WHERE compaction_id = $1 AND NOT cleared ORDER BY seq"
-            ))
-            .bind(compaction)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("DELETE FROM archived_messages WHERE compaction_id = $1 AND NOT cleared")
-                .bind(compaction)
-                .execute(&mut *tx)
-                .await?;
-            // A cleared row gets its original content back, in its place, unless the row
-            // is gone or no longer holds the placeholder: that original stays archived.
-            let kept: Vec<(i64, String)> = sqlx::query_as(UNRESTORABLE_CLEARED)
-                .bind(compaction)
-                .fetch_all(&mut *tx)
-                .await?;
-            not_restored.extend(kept.into_iter().map(|(seq, why)| NotRestored {
-                compaction_id: compaction,
-                seq,
-                reason: NotRestoredReason::from_sql(&why),
-            }));
-            let uncleared = sqlx::query(UNCLEAR)
-                .bind(compaction)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(DELETE_UNCLEARED)
-                .bind(compaction)
-                .execute(&mut *tx)
-                .await?;
-            messages_restored +=
-                i64::try_from(back.rows_affected() + uncleared.rows_affected()).unwrap_or(i64::MAX);
-            sqlx::query(
-                "UPDATE usage_events
-                 SET metadata = json_set(metadata, '$.restored_at', strftime($2, 'now'))
-                 WHERE id = $1",
-            )
-            .bind(compaction)
-            .bind(RFC3339)
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::query(LAST_COMPACTION_IN_FORCE)
-            .bind(session_id)
-            .execute(&mut *tx)
-            .await?;
+        let restored = operations::restore(&mut SqliteRestore(&mut tx), session_id, from).await?;
         tx.commit().await?;
-        Ok(Restored {
-            compactions,
-            messages_restored,
-            not_restored,
-        })
+        Ok(restored)
     }
 
     /// Deletes archived messages archived more than `older_than` ago, marking their usage
@@ -184,7 +102,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be read or written.
-    pub async fn prune_archive(
+    async fn prune_archive(
         &self,
         older_than: Duration,
         dry_run: bool,
@@ -227,5 +145,108 @@ impl SqliteStore {
         }
         tx.commit().await?;
         Ok(pruned)
+    }
+}
+
+/// [`operations::RestoreSteps`] on a SQLite write transaction.
+struct SqliteRestore<'a>(&'a mut sqlx::SqliteConnection);
+
+#[async_trait]
+impl RestoreSteps for SqliteRestore<'_> {
+    async fn restorable(
+        &mut self,
+        session_id: &str,
+        from: Option<i64>,
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        sqlx::query_scalar(RESTORABLE_COMPACTIONS)
+            .bind(session_id)
+            .bind(from)
+            .fetch_all(&mut *self.0)
+            .await
+    }
+
+    async fn removed_any(&mut self, compaction: i64) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar(COMPACTION_REMOVED)
+            .bind(compaction)
+            .fetch_one(&mut *self.0)
+            .await
+    }
+
+    async fn delete_summary(
+        &mut self,
+        session_id: &str,
+        compaction: i64,
+    ) -> Result<u64, sqlx::Error> {
+        let deleted = sqlx::query(DELETE_RESTORED_SUMMARY)
+            .bind(session_id)
+            .bind(compaction)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(deleted.rows_affected())
+    }
+
+    /// SQLite has no DELETE in a CTE: copy back, then delete, in the same transaction.
+    /// Each row gets a new row_version, as a new row gets a new xmin.
+    async fn put_back_removed(&mut self, compaction: i64) -> Result<u64, sqlx::Error> {
+        let back = sqlx::query(concat!(
+            "INSERT INTO messages (",
+            message_columns_sql!(),
+            ") SELECT ",
+            message_columns_sql!(),
+            " FROM archived_messages WHERE compaction_id = $1 AND NOT cleared ORDER BY seq"
+        ))
+        .bind(compaction)
+        .execute(&mut *self.0)
+        .await?;
+        sqlx::query("DELETE FROM archived_messages WHERE compaction_id = $1 AND NOT cleared")
+            .bind(compaction)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(back.rows_affected())
+    }
+
+    async fn unrestorable_cleared(
+        &mut self,
+        compaction: i64,
+    ) -> Result<Vec<(i64, String)>, sqlx::Error> {
+        sqlx::query_as(UNRESTORABLE_CLEARED)
+            .bind(compaction)
+            .fetch_all(&mut *self.0)
+            .await
+    }
+
+    async fn unclear(&mut self, compaction: i64) -> Result<u64, sqlx::Error> {
+        let uncleared = sqlx::query(UNCLEAR)
+            .bind(compaction)
+            .execute(&mut *self.0)
+            .await?;
+        sqlx::query(DELETE_UNCLEARED)
+            .bind(compaction)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(uncleared.rows_affected())
+    }
+
+    /// RFC 3339 with milliseconds and `Z`, where Postgres writes microseconds and
+    /// `+00:00`.
+    async fn mark_restored(&mut self, compaction: i64) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE usage_events
+             SET metadata = json_set(metadata, '$.restored_at', strftime($2, 'now'))
+             WHERE id = $1",
+        )
+        .bind(compaction)
+        .bind(RFC3339)
+        .execute(&mut *self.0)
+        .await?;
+        Ok(())
+    }
+
+    async fn set_in_force(&mut self, session_id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(LAST_COMPACTION_IN_FORCE)
+            .bind(session_id)
+            .execute(&mut *self.0)
+            .await?;
+        Ok(())
     }
 }

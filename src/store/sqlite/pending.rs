@@ -4,26 +4,105 @@
 
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use serde_json::json;
 use sqlx::{Row, SqliteConnection};
 
-use super::commit::{Prefix, Replaced, replace_prefix, write_summary};
+use super::leases::{Prefix, Replaced, replace_prefix, write_summary};
 use super::{SqliteStore, now_ms};
 use crate::compaction::record;
 use crate::compaction::{Loaded, Record};
 use crate::config::Limits;
 use crate::message::char_count;
-use crate::store::model::millis;
+use crate::store::Pending;
+use crate::store::millis;
 use crate::store::{Applied, Discard, Saved, StoreError};
 
-impl SqliteStore {
+/// Whether appends or deletes since the plan break a rule the planner held for the
+/// prefix before `cut_seq` (which the caller found unchanged): the kept part must start
+/// at a human turn (`PrefixChanged` otherwise), and no kept tool result may answer a
+/// call in the prefix, that is have its id with no later call of that id before it
+/// (`PairingChanged`). As migration 14's `apply_pending_summary` decides on Postgres.
+async fn planner_rule_broken(
+    tx: &mut SqliteConnection,
+    session_id: &str,
+    cut_seq: i64,
+) -> Result<Option<Discard>, sqlx::Error> {
+    let (human_at_cut, paired): (bool, bool) = sqlx::query_as(
+        "SELECT
+             EXISTS (SELECT 1 FROM messages
+                     WHERE session_id = $1 AND seq = $2 AND role = 'user' AND NOT is_summary),
+             NOT EXISTS (
+                 SELECT 1 FROM messages AS result
+                 WHERE result.session_id = $1 AND result.seq >= $2 AND result.role = 'tool'
+                   AND result.tool_call_id IN (
+                       SELECT json_extract(call.tool_calls, c.fullkey || '.id')
+                       FROM messages AS call, json_each(CASE json_type(call.tool_calls)
+                           WHEN 'array' THEN call.tool_calls ELSE '[]' END) AS c
+                       WHERE call.session_id = $1 AND call.seq < $2 AND call.role <> 'system'
+                         AND NOT call.pinned
+                         AND json_type(call.tool_calls, c.fullkey || '.id') = 'text')
+                   AND NOT EXISTS (
+                       SELECT 1
+                       FROM messages AS later, json_each(CASE json_type(later.tool_calls)
+                           WHEN 'array' THEN later.tool_calls ELSE '[]' END) AS c
+                       WHERE later.session_id = $1
+                         AND later.seq >= $2 AND later.seq < result.seq
+                         AND json_extract(later.tool_calls, c.fullkey || '.id')
+                             = result.tool_call_id))",
+    )
+    .bind(session_id)
+    .bind(cut_seq)
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(if !human_at_cut {
+        Some(Discard::PrefixChanged)
+    } else if !paired {
+        Some(Discard::PairingChanged)
+    } else {
+        None
+    })
+}
+
+/// A JSON column of `row` read back as `T`.
+fn parse<T: serde::de::DeserializeOwned>(
+    row: &sqlx::sqlite::SqliteRow,
+    column: &str,
+) -> Result<T, sqlx::Error> {
+    let text: String = row.try_get(column)?;
+    serde_json::from_str(&text).map_err(|e| sqlx::Error::Decode(e.into()))
+}
+
+/// A digest of the planned prefix, kept for operators comparing rows; nothing decides on
+/// it. FNV-1a (64 bits) over the text Postgres hashes with md5 (`seqs/versions`, comma
+/// separated): fixed, unlike std's hasher, whose algorithm may change between releases.
+fn prefix_hash(seqs: &[i64], versions: &[String]) -> String {
+    let join = |items: Vec<String>| items.join(",");
+    let text = format!(
+        "{}/{}",
+        join(seqs.iter().map(i64::to_string).collect()),
+        join(versions.to_vec())
+    );
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
+/// `value` as JSON text, for a JSON column.
+fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, sqlx::Error> {
+    serde_json::to_string(value).map_err(|e| sqlx::Error::Encode(e.into()))
+}
+
+#[async_trait]
+impl Pending for SqliteStore {
     /// Takes the session's lease for a precompute and loads the history, unless another
     /// owner holds the lease or the session already has a pending summary younger than
     /// `ttl` for the same limits and model. `None` when there is nothing to do.
     ///
     /// # Errors
     /// When the database fails; no lease is taken then.
-    pub async fn take_lease_for_precompute(
+    async fn take_lease_for_precompute(
         &self,
         session_id: &str,
         owner: &str,
@@ -59,11 +138,11 @@ impl SqliteStore {
 
     /// Stores `pending` as the session's pending summary and gives the lease back, fenced
     /// on the lease; drops other sessions' pending summaries older than `ttl` (at most
-    /// 100). One transaction; as [`crate::store::Store::save_pending`].
+    /// 100). One transaction; as [`crate::store::Pending::save_pending`].
     ///
     /// # Errors
     /// When the database fails; nothing is written then.
-    pub async fn save_pending(
+    async fn save_pending(
         &self,
         pending: &Record<'_>,
         limits: Limits,
@@ -156,7 +235,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the database fails; nothing is written then.
-    pub async fn apply_pending(
+    async fn apply_pending(
         &self,
         session_id: &str,
         (request_id, job_id): (&str, Option<&str>),
@@ -298,80 +377,4 @@ impl SqliteStore {
             summary_chars,
         })
     }
-}
-
-/// Whether appends or deletes since the plan break a rule the planner held for the
-/// prefix before `cut_seq` (which the caller found unchanged): the kept part must start
-/// at a human turn (`PrefixChanged` otherwise), and no kept tool result may answer a
-/// call in the prefix, that is have its id with no later call of that id before it
-/// (`PairingChanged`). As migration 14's `apply_pending_summary` decides on Postgres.
-async fn planner_rule_broken(
-    tx: &mut SqliteConnection,
-    session_id: &str,
-    cut_seq: i64,
-) -> Result<Option<Discard>, sqlx::Error> {
-    let (human_at_cut, paired): (bool, bool) = sqlx::query_as(
-        "SELECT
-             EXISTS (SELECT 1 FROM messages
-                     WHERE session_id = $1 AND seq = $2 AND role = 'user' AND NOT is_summary),
-             NOT EXISTS (
-                 SELECT 1 FROM messages AS result
-                 WHERE result.session_id = $1 AND result.seq >= $2 AND result.role = 'tool'
-                   AND result.tool_call_id IN (
-                       SELECT json_extract(call.tool_calls, c.fullkey || '.id')
-                       FROM messages AS call, json_each(CASE json_type(call.tool_calls)
-                           WHEN 'array' THEN call.tool_calls ELSE '[]' END) AS c
-                       WHERE call.session_id = $1 AND call.seq < $2 AND call.role <> 'system'
-                         AND NOT call.pinned
-                         AND json_type(call.tool_calls, c.fullkey || '.id') = 'text')
-                   AND NOT EXISTS (
-                       SELECT 1
-                       FROM messages AS later, json_each(CASE json_type(later.tool_calls)
-                           WHEN 'array' THEN later.tool_calls ELSE '[]' END) AS c
-                       WHERE later.session_id = $1
-                         AND later.seq >= $2 AND later.seq < result.seq
-                         AND json_extract(later.tool_calls, c.fullkey || '.id')
-                             = result.tool_call_id))",
-    )
-    .bind(session_id)
-    .bind(cut_seq)
-    .fetch_one(&mut *tx)
-    .await?;
-    Ok(if !human_at_cut {
-        Some(Discard::PrefixChanged)
-    } else if !paired {
-        Some(Discard::PairingChanged)
-    } else {
-        None
-    })
-}
-
-/// A JSON column of `row` read back as `T`.
-fn parse<T: serde::de::DeserializeOwned>(
-    row: &sqlx::sqlite::SqliteRow,
-    column: &str,
-) -> Result<T, sqlx::Error> {
-    let text: String = row.try_get(column)?;
-    serde_json::from_str(&text).map_err(|e| sqlx::Error::Decode(e.into()))
-}
-
-/// A digest of the planned prefix, kept for operators comparing rows; nothing decides on
-/// it. FNV-1a (64 bits) over the text Postgres hashes with md5 (`seqs/versions`, comma
-/// separated): fixed, unlike std's hasher, whose algorithm may change between releases.
-fn prefix_hash(seqs: &[i64], versions: &[String]) -> String {
-    let join = |items: Vec<String>| items.join(",");
-    let text = format!(
-        "{}/{}",
-        join(seqs.iter().map(i64::to_string).collect()),
-        join(versions.to_vec())
-    );
-    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    format!("{hash:016x}")
-}
-
-/// `value` as JSON text, for a JSON column.
-fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, sqlx::Error> {
-    serde_json::to_string(value).map_err(|e| sqlx::Error::Encode(e.into()))
 }

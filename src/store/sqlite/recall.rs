@@ -15,11 +15,13 @@
 
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
 use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use super::SqliteStore;
-use crate::store::model::{RecallQuery, RecalledRow};
+use crate::store::Recall;
+use crate::store::recall::{RecallQuery, RecalledRow};
 use crate::store::{RecallBudget, Recalled, StoreError};
 
 /// Columns of a recalled row as [`RecalledRow`] reads them, `?2` being the max chars:
@@ -59,20 +61,6 @@ const RECALLED_COLUMNS: &str = "a.seq, a.role, a.tool_call_id, substr(a.content,
 const CHECK_EVERY: i32 = 1_000;
 
 impl SqliteStore {
-    /// As [`crate::store::PgStore::recall`]: a search's best first (the most of its terms
-    /// held, then the newest), a fetch's in seq order.
-    ///
-    /// # Errors
-    /// When the file cannot be read, or a search ran out of time at every step.
-    pub async fn recall(
-        &self,
-        session_id: &str,
-        query: &RecallQuery,
-        max_chars: usize,
-    ) -> Result<Vec<Recalled>, StoreError> {
-        (self.recall_within(session_id, query, max_chars, RecallBudget::default())).await
-    }
-
     /// [`Self::recall`], a search bounded by `budget`, as
     /// [`crate::store::PgStore::recall_within`].
     ///
@@ -387,11 +375,29 @@ fn json_array(items: &[String]) -> String {
     serde_json::to_string(items).unwrap_or_else(|_| "[]".to_owned())
 }
 
+#[async_trait]
+impl Recall for SqliteStore {
+    /// As Postgres's ([`crate::store::Recall::recall`]): a search's best first (the most of its terms
+    /// held, then the newest), a fetch's in seq order.
+    ///
+    /// # Errors
+    /// When the file cannot be read, or a search ran out of time at every step.
+    async fn recall(
+        &self,
+        session_id: &str,
+        query: &RecallQuery,
+        max_chars: usize,
+    ) -> Result<Vec<Recalled>, StoreError> {
+        (self.recall_within(session_id, query, max_chars, RecallBudget::default())).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::{Ranking, Search, SqliteStore, TimeLimited};
+    use crate::store::prelude::*;
     use crate::store::{RecallBudget, RecallQuery};
 
     #[test]

@@ -5,16 +5,19 @@
 use super::SqliteStore;
 use crate::config::Limits;
 use crate::overrides::{Change, SessionSettings};
-use crate::store::model::SettingsRow;
+use crate::store::SettingsTable;
+use crate::store::settings::SettingsRow;
 use crate::store::sql::UPSERT_SETTINGS;
 use crate::store::{SettingsError, StoreError};
+use async_trait::async_trait;
 
-impl SqliteStore {
+#[async_trait]
+impl SettingsTable for SqliteStore {
     /// The session's settings; all `None` when it has no row.
     ///
     /// # Errors
     /// When the file cannot be read.
-    pub async fn session_settings(&self, session_id: &str) -> Result<SessionSettings, StoreError> {
+    async fn session_settings(&self, session_id: &str) -> Result<SessionSettings, StoreError> {
         let row: Option<SettingsRow> = sqlx::query_as(select_settings_sql!())
             .bind(session_id)
             .fetch_optional(&self.pool)
@@ -30,7 +33,7 @@ impl SqliteStore {
     /// # Errors
     /// [`SettingsError::Invalid`] when the edit is wrong, [`SettingsError::Store`] when
     /// the file cannot be written; nothing is written in either case.
-    pub async fn change_session_settings(
+    async fn change_session_settings(
         &self,
         session_id: &str,
         changes: &[Change],

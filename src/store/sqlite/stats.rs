@@ -3,18 +3,22 @@
 
 use std::collections::BTreeMap;
 
+use async_trait::async_trait;
+
 use super::{RFC3339, SqliteStore};
 use crate::outcome::Reason;
-use crate::store::model::{StatsRow, report};
+use crate::store::Aggregates;
 use crate::store::sql::{DURATION_BUCKETS, FAILURES_BY_REASON};
+use crate::store::stats::{StatsRow, report};
 use crate::store::{StatsReport, StoreError};
 
-impl SqliteStore {
+#[async_trait]
+impl Aggregates for SqliteStore {
     /// Counts a failure of `reason` for today (UTC) in the rollup.
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub async fn count_failure(&self, reason: Reason) -> Result<(), StoreError> {
+    async fn count_failure(&self, reason: Reason) -> Result<(), StoreError> {
         let _turn = self.write_turn().await?;
         sqlx::query(count_failure_sql!())
             .bind(reason.as_str())
@@ -29,7 +33,7 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be read.
-    pub async fn stats(&self, days: i32) -> Result<StatsReport, StoreError> {
+    async fn stats(&self, days: i32) -> Result<StatsReport, StoreError> {
         let totals: StatsRow = sqlx::query_as(
             "SELECT total_summarizations, total_chars_compacted, total_messages_compacted,
                     total_tokens_compacted, prompt_tokens, completion_tokens, mean_fact_recall,

@@ -1,6 +1,7 @@
 //! The operator side against a fresh in-memory database: the migration's triggers, then
 //! each method over rows written by hand, as an agent or a commit would write them.
 
+use crate::store::prelude::*;
 use std::time::Duration;
 
 use sqlx::Row;

@@ -36,6 +36,7 @@ use summarizer::config::{Limits, Settings, ToolOutputs};
 use summarizer::llm::LlmSummarizer;
 use summarizer::llm::chat::{Chat, ChatRequest};
 use summarizer::outcome::{Compaction, Outcome, Reason, Status};
+use summarizer::store::prelude::*;
 use summarizer::store::{PgStore, SharedStore};
 use summarizer::summarizer::{LlmError, Summarizer, SummaryRequest};
 use summarizer::summary::Summary;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::Serialize;
 use sqlx::{PgPool, SqlitePool};
+use summarizer::store::prelude::*;
 use summarizer::store::{RecallQuery, SharedStore, SqliteStore, Store};
 
 use super::load::{self, Measurement};

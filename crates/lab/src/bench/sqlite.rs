@@ -13,6 +13,7 @@ use serde::Serialize;
 use sqlx::SqlitePool;
 use summarizer::client::TurnClient;
 use summarizer::outcome::Status;
+use summarizer::store::prelude::*;
 use summarizer::store::{SharedStore, SqliteStore};
 
 use super::load::{self, Measurement};
