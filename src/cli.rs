@@ -434,9 +434,9 @@ fn print_recall(reply: &summarizer_client::RecallReply, json: bool) -> anyhow::R
     if json {
         println!("{}", serde_json::to_string(reply)?);
     }
-    match reply.status.as_str() {
-        "ok" => {}
-        "rejected" => {
+    match reply.status {
+        summarizer_client::RecallStatus::Ok => {}
+        summarizer_client::RecallStatus::Rejected => {
             eprintln!(
                 "summarizer: recall: {}",
                 reply.message.as_deref().unwrap_or_default()

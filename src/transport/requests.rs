@@ -16,6 +16,8 @@ use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use summarizer_client::RecallStatus;
+
 use crate::health::Health;
 use crate::worker::Worker;
 
@@ -184,10 +186,10 @@ async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Messag
         Serves::Turns => super::answer(&worker, &message.payload).await.encode(),
         Serves::Recalls => {
             let reply = crate::recall::answer(worker.store().as_ref(), &message.payload).await;
-            worker.metrics().recalled(match reply.status.as_str() {
-                "ok" => "ok",
-                "rejected" => "rejected",
-                _ => "failed",
+            worker.metrics().recalled(match reply.status {
+                RecallStatus::Ok => "ok",
+                RecallStatus::Rejected => "rejected",
+                RecallStatus::Failed | RecallStatus::Other => "failed",
             });
             reply.encode_within(client.server_info().max_payload)
         }

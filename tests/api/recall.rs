@@ -268,7 +268,7 @@ async fn bounds_are_enforced_and_a_malformed_request_is_rejected_naming_the_fiel
             .unwrap();
         let reply: summarizer_client::RecallReply = serde_json::from_slice(&reply.payload).unwrap();
         assert_eq!(
-            (reply.status.as_str(), reply.reason.as_deref()),
+            (reply.status.as_str(), reply.reason.map(Reason::as_str)),
             ("rejected", Some("invalid_request")),
             "{payload}"
         );
@@ -401,7 +401,7 @@ async fn a_store_that_fails_answers_failed_store_error() {
     )
     .await;
     assert_eq!(
-        (reply.status.as_str(), reply.reason.as_deref()),
+        (reply.status.as_str(), reply.reason.map(Reason::as_str)),
         ("failed", Some("store_error")),
         "{store}: {reply:?}"
     );

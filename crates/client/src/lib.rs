@@ -27,7 +27,9 @@ pub use client::{Decision, TurnClient};
 pub use jobs::{JobPublisher, Published, job_subject};
 pub use outcome::{Compaction, Outcome, Reason, Status};
 pub use protocol::{InstructionsFrom, InvalidRequest, Overrides, Reply, Request};
-pub use recall::{RecallClient, RecallError, RecallReply, RecallRequest, Recalled, Wanted};
+pub use recall::{
+    RecallClient, RecallError, RecallReply, RecallRequest, RecallStatus, Recalled, Wanted,
+};
 
 /// A request id for the logs: 8 hex digits, random enough to tell events apart.
 pub fn new_request_id() -> String {

@@ -9,6 +9,7 @@ use async_nats::RequestErrorKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::outcome::Reason;
 use crate::protocol::{InvalidRequest, MAX_REQUEST_BYTES, MAX_SESSION_ID_BYTES};
 
 /// The most results a search returns ...
@@ -198,15 +199,39 @@ pub struct Recalled {
     pub archived_at: String,
 }
 
+/// The `status` of a recall reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecallStatus {
+    Ok,
+    Rejected,
+    Failed,
+    /// A status this version does not know (from a newer worker); kept so clients never
+    /// fail to decode a reply.
+    #[serde(other)]
+    Other,
+}
+
+impl RecallStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Rejected => "rejected",
+            Self::Failed => "failed",
+            Self::Other => "other",
+        }
+    }
+}
+
 /// The reply to a recall request: `ok` with results (best first for a query, in seq
 /// order for seqs), or `rejected`/`invalid_request` or `failed`/`store_error` with a
 /// message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecallReply {
-    /// `ok`, `rejected` or `failed`.
-    pub status: String,
+    pub status: RecallStatus,
+    /// Why it was not `ok`, in the turn reply's vocabulary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     #[serde(default)]
@@ -218,7 +243,7 @@ pub struct RecallReply {
 impl RecallReply {
     pub fn ok(session_id: &str, results: Vec<Recalled>) -> Self {
         Self {
-            status: "ok".to_owned(),
+            status: RecallStatus::Ok,
             reason: None,
             session_id: Some(session_id.to_owned()),
             results,
@@ -228,8 +253,8 @@ impl RecallReply {
 
     pub fn rejected(invalid: &InvalidRequest) -> Self {
         Self {
-            status: "rejected".to_owned(),
-            reason: Some("invalid_request".to_owned()),
+            status: RecallStatus::Rejected,
+            reason: Some(Reason::InvalidRequest),
             session_id: None,
             results: Vec::new(),
             message: Some(invalid.0.clone()),
@@ -238,8 +263,8 @@ impl RecallReply {
 
     pub fn store_error(session_id: &str, message: String) -> Self {
         Self {
-            status: "failed".to_owned(),
-            reason: Some("store_error".to_owned()),
+            status: RecallStatus::Failed,
+            reason: Some(Reason::StoreError),
             session_id: Some(session_id.to_owned()),
             results: Vec::new(),
             message: Some(message),
@@ -338,8 +363,8 @@ pub enum RecallError {
     /// The worker refused the request (`rejected`) or failed (`failed`): its reason and
     /// message.
     Refused {
-        status: String,
-        reason: String,
+        status: RecallStatus,
+        reason: Option<Reason>,
         message: String,
     },
 }
@@ -354,7 +379,12 @@ impl std::fmt::Display for RecallError {
                 status,
                 reason,
                 message,
-            } => write!(f, "{status}/{reason}: {message}"),
+            } => write!(
+                f,
+                "{}/{}: {message}",
+                status.as_str(),
+                reason.map_or("", Reason::as_str)
+            ),
         }
     }
 }
@@ -429,12 +459,12 @@ impl RecallClient {
             })?;
         let reply: RecallReply = serde_json::from_slice(&message.payload)
             .map_err(|e| RecallError::Unavailable(format!("unreadable reply: {e}")))?;
-        if reply.status == "ok" {
+        if reply.status == RecallStatus::Ok {
             return Ok(reply.results);
         }
         Err(RecallError::Refused {
             status: reply.status,
-            reason: reply.reason.unwrap_or_default(),
+            reason: reply.reason,
             message: reply.message.unwrap_or_default(),
         })
     }
