@@ -47,8 +47,8 @@ pub use operations::{
     SessionView,
 };
 pub use pending::{Applied, Discard, Pending, Saved};
-pub use postgres::{PgStore, RecallBudget};
-pub use recall::{Recall, RecallQuery};
+pub use postgres::PgStore;
+pub use recall::{Recall, RecallBudget, RecallQuery};
 pub use settings::{SettingsError, SettingsTable};
 pub use sqlite::SqliteStore;
 pub use stats::{Aggregates, Day, Stats, StatsReport};

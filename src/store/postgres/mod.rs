@@ -65,7 +65,7 @@ mod invariants;
 mod leases;
 mod pending;
 mod recall;
-pub use recall::RecallBudget;
+
 mod operations;
 mod settings;
 mod stats;

@@ -5,7 +5,7 @@
 
 use super::PgStore;
 use crate::store::Recall;
-use crate::store::recall::{RecallQuery, RecalledRow};
+use crate::store::recall::{self, Ranking, RecallBudget, RecallQuery, RecalledRow, Step};
 use crate::store::{Recalled, StoreError};
 use async_trait::async_trait;
 
@@ -88,31 +88,6 @@ impl PgStore {
     }
 }
 
-/// How long each step of a search may take (see [`PgStore::recall_within`]).
-#[derive(Clone, Copy, Debug)]
-pub struct RecallBudget {
-    /// The ranked search: ranking reads every message of the session that holds a term,
-    /// and a term that most of a very large archive holds (`timed` in 50,000 archived
-    /// log dumps of 2 KB: 3.4 s) would hold a connection the turn path needs. `None`
-    /// skips it (for tests of what replaces it).
-    pub ranked_ms: Option<u32>,
-    /// Then the search for the messages holding every term ...
-    pub all_terms_ms: u32,
-    /// ... and the newest-first search that fills the results up.
-    pub newest_ms: u32,
-}
-
-impl Default for RecallBudget {
-    /// 3 s at most in all, within the clients' default 5 s timeout.
-    fn default() -> Self {
-        Self {
-            ranked_ms: Some(800),
-            all_terms_ms: 700,
-            newest_ms: 1_500,
-        }
-    }
-}
-
 /// One search's terms and bounds.
 struct Search<'a> {
     session_id: &'a str,
@@ -122,66 +97,22 @@ struct Search<'a> {
     limit: i64,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Ranking {
-    /// The most terms held, then the newest: reads every match.
-    Relevance,
-    /// The newest of the messages holding every term: the trigram index intersects the
-    /// terms, so a rare one keeps this cheap however common the others are.
-    AllTerms,
-    /// The newest matches: reads the session's rows newest first, and stops at `limit`
-    /// matches.
-    Newest,
-}
-
 impl PgStore {
-    /// A search, ranked by relevance when that takes at most `budget.ranked_ms`. When it
-    /// would take longer (a term that most of a very large archive holds), the best that
-    /// can be found in bounded time instead: the newest messages holding every term (the
-    /// ranking's top, when a rare term narrows them), then the newest holding any.
-    /// Fails only when the last step too runs out of time having found nothing.
+    /// A search bounded by `budget` ([`recall::bounded`]), each step in a transaction
+    /// of its own with a statement timeout.
     async fn bounded_search(
         &self,
         search: &Search<'_>,
         budget: RecallBudget,
     ) -> Result<Vec<RecalledRow>, sqlx::Error> {
-        if let Some(ms) = budget.ranked_ms {
-            match self.search(search, Ranking::Relevance, ms).await {
-                Err(e) if is_canceled(&e) => {}
-                found => return found,
+        let steps = |ranking, timeout_ms| async move {
+            match self.search(search, ranking, timeout_ms).await {
+                Err(e) if is_canceled(&e) => Ok(Step::OutOfTime(e)),
+                found => found.map(Step::Found),
             }
-            tracing::info!(
-                session_id = search.session_id,
-                "recall: ranking every match would take over {ms} ms; \
-                 returning the newest that hold every term, then any"
-            );
-        }
-        let mut found = Vec::new();
-        if search.patterns.len() > 1 {
-            match (self.search(search, Ranking::AllTerms, budget.all_terms_ms)).await {
-                Ok(rows) => found = rows,
-                Err(e) if is_canceled(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let limit = usize::try_from(search.limit).unwrap_or(usize::MAX);
-        if found.len() < limit {
-            let newest = match (self.search(search, Ranking::Newest, budget.newest_ms)).await {
-                Ok(rows) => rows,
-                // What the step before found is an answer, if not a full one.
-                Err(e) if is_canceled(&e) && !found.is_empty() => Vec::new(),
-                Err(e) => return Err(e),
-            };
-            for row in newest {
-                if found.len() == limit {
-                    break;
-                }
-                if !found.iter().any(|f| f.seq == row.seq) {
-                    found.push(row);
-                }
-            }
-        }
-        Ok(found)
+        };
+        let terms = search.patterns.len();
+        recall::bounded(steps, search.session_id, terms, search.limit, budget).await
     }
 
     /// One search, in a transaction of its own whose statement timeout is `timeout_ms`.

@@ -21,7 +21,7 @@ use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use super::SqliteStore;
 use crate::store::Recall;
-use crate::store::recall::{RecallQuery, RecalledRow};
+use crate::store::recall::{self, Ranking, RecallQuery, RecalledRow, Step};
 use crate::store::{RecallBudget, Recalled, StoreError};
 
 /// Columns of a recalled row as [`RecalledRow`] reads them, `?2` being the max chars:
@@ -116,66 +116,22 @@ struct Search<'a> {
     limit: i64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ranking {
-    /// The most terms held, then the newest: one index query per term, each reading the
-    /// session's rows that hold it.
-    Relevance,
-    /// The newest of the messages holding every term: one index query intersecting
-    /// them, cheap when one term is rare however common the others are.
-    AllTerms,
-    /// The newest messages holding any term: the session's rows read newest first, each
-    /// matched as text, stopping at `limit` matches.
-    Newest,
-}
-
 impl SqliteStore {
-    /// As Postgres's: a search ranked by relevance when that takes at most
-    /// `budget.ranked_ms`; when it would take longer, the newest messages holding every
-    /// term, then the newest holding any. Fails only when the last step too runs out of
-    /// time having found nothing.
+    /// A search bounded by `budget` ([`recall::bounded`]), each step on a connection
+    /// whose statements SQLite interrupts at the step's deadline.
     async fn bounded_search(
         &self,
         search: &Search<'_>,
         budget: RecallBudget,
     ) -> Result<Vec<RecalledRow>, sqlx::Error> {
-        if let Some(ms) = budget.ranked_ms {
-            match self.search(search, Ranking::Relevance, ms).await {
-                Err(e) if is_interrupted(&e) => {}
-                found => return found,
+        let steps = |ranking, timeout_ms| async move {
+            match self.search(search, ranking, timeout_ms).await {
+                Err(e) if is_interrupted(&e) => Ok(Step::OutOfTime(e)),
+                found => found.map(Step::Found),
             }
-            tracing::info!(
-                session_id = search.session_id,
-                "recall: ranking every match would take over {ms} ms; \
-                 returning the newest that hold every term, then any"
-            );
-        }
-        let mut found = Vec::new();
-        if search.terms.len() > 1 {
-            match (self.search(search, Ranking::AllTerms, budget.all_terms_ms)).await {
-                Ok(rows) => found = rows,
-                Err(e) if is_interrupted(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let limit = usize::try_from(search.limit).unwrap_or(usize::MAX);
-        if found.len() < limit {
-            let newest = match (self.search(search, Ranking::Newest, budget.newest_ms)).await {
-                Ok(rows) => rows,
-                // What the step before found is an answer, if not a full one.
-                Err(e) if is_interrupted(&e) && !found.is_empty() => Vec::new(),
-                Err(e) => return Err(e),
-            };
-            for row in newest {
-                if found.len() == limit {
-                    break;
-                }
-                if !found.iter().any(|f| f.seq == row.seq) {
-                    found.push(row);
-                }
-            }
-        }
-        Ok(found)
+        };
+        let terms = search.terms.len();
+        recall::bounded(steps, search.session_id, terms, search.limit, budget).await
     }
 
     /// One search, on a connection whose statements SQLite interrupts after `timeout_ms`.
