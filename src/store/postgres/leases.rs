@@ -36,33 +36,33 @@ async fn fence_and_lock(
     summary: &Record<'_>,
     cut_seq: i64,
 ) -> Result<bool, CommitError> {
-    let fenced = sqlx::query(
-        "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
-             failures = 0, retry_at = NULL
-         WHERE session_id = $1 AND lease_owner = $2",
+    // One round trip. The rows are locked only once the fence holds the session's row:
+    // the lock's scan reads the fence's result.
+    let cleared: Vec<i64> = summary.cleared.iter().map(|c| c.seq).collect();
+    let fenced = sqlx::query_scalar(
+        "WITH fence AS (
+             UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL,
+                 failures = 0, retry_at = NULL
+             WHERE session_id = $1 AND lease_owner = $2
+             RETURNING 1
+         )
+         SELECT EXISTS (SELECT 1 FROM fence)
+                AND (SELECT count(*) >= 0 FROM (
+                         SELECT 1 FROM messages
+                         WHERE session_id = $1 AND EXISTS (SELECT 1 FROM fence)
+                           AND ((seq < $3 AND role <> 'system' AND seq <> ALL ($4))
+                                OR seq = ANY ($5))
+                         FOR UPDATE NOWAIT) AS locked)",
     )
     .bind(summary.session_id)
     .bind(summary.lease_owner)
-    .execute(&mut *tx)
-    .await?;
-    if fenced.rows_affected() == 0 {
-        return Ok(false);
-    }
-    let cleared: Vec<i64> = summary.cleared.iter().map(|c| c.seq).collect();
-    let locked = sqlx::query(
-        "SELECT 1 FROM messages
-         WHERE session_id = $1
-           AND ((seq < $2 AND role <> 'system' AND seq <> ALL ($3)) OR seq = ANY ($4))
-         FOR UPDATE NOWAIT",
-    )
-    .bind(summary.session_id)
     .bind(cut_seq)
     .bind(summary.kept_seqs)
     .bind(&cleared)
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await;
-    match locked {
-        Ok(_) => Ok(true),
+    match fenced {
+        Ok(fenced) => Ok(fenced),
         Err(e) if is_lock_not_available(&e) => Err(CommitError::RowBusy),
         Err(e) => Err(e.into()),
     }

@@ -166,12 +166,15 @@ pub(super) async fn replace_prefix(
     Ok(pending > 0)
 }
 
-/// Whether the tool results `summary` clears are exactly as planned: the same rows, of
-/// the same sizes, in the same versions (an agent's edit meanwhile is not overwritten).
+/// The rows of the tool results `summary` clears, as they are now, for the commit's fence
+/// ([`cleared_fence`]).
 async fn cleared_rows(
     tx: &mut SqliteConnection,
     summary: &Record<'_>,
 ) -> Result<Found, sqlx::Error> {
+    if summary.cleared.is_empty() {
+        return Ok(Found::default());
+    }
     let seqs: Vec<i64> = summary.cleared.iter().map(|c| c.seq).collect();
     let rows: Vec<(i64, i64, String)> = sqlx::query_as(
         "SELECT seq, chars, CAST(row_version AS TEXT) FROM messages
