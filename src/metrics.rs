@@ -13,7 +13,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::fact_check::RetryOutcome;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Reason};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventLabels {
@@ -75,6 +75,7 @@ pub struct Metrics {
     job_redeliveries: Counter,
     dead_letters: Counter,
     recalls: Family<OutcomeLabels, Counter>,
+    overflows: Family<ReasonLabels, Counter>,
     in_flight: Gauge,
     lease_conflicts: Counter,
     pool_connections: Gauge,
@@ -112,6 +113,7 @@ impl Metrics {
         let job_redeliveries = Counter::default();
         let dead_letters = Counter::default();
         let recalls = Family::<OutcomeLabels, Counter>::default();
+        let overflows = Family::<ReasonLabels, Counter>::default();
         let in_flight: Gauge = Gauge::default();
         let limit: Gauge = Gauge::default();
         limit.set(i64::try_from(concurrency).unwrap_or(i64::MAX));
@@ -220,6 +222,12 @@ impl Metrics {
             recalls.clone(),
         );
         r.register(
+            "overflow_requests",
+            "Compactions asked for because the agent's model refused a call as too long \
+             (\"overflow\": true), by the reason answered",
+            overflows.clone(),
+        );
+        r.register(
             "events_in_flight",
             "Events being processed now",
             in_flight.clone(),
@@ -266,6 +274,7 @@ impl Metrics {
             job_redeliveries,
             dead_letters,
             recalls,
+            overflows,
             in_flight,
             lease_conflicts,
             pool_connections,
@@ -381,6 +390,12 @@ impl Metrics {
     /// A recall request answered: `ok`, `rejected` or `failed`.
     pub fn recalled(&self, outcome: &'static str) {
         self.recalls.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    /// A compaction asked for after a context overflow, answered with `reason`.
+    pub fn overflow(&self, reason: Reason) {
+        let reason = reason.as_str();
+        self.overflows.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     /// Marks an event in flight until the guard drops.

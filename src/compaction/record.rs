@@ -43,6 +43,8 @@ pub struct Turn<'a> {
     pub job_id: Option<&'a str>,
     /// The request forced it (`"force": true`).
     pub forced: bool,
+    /// It answers a context overflow (`"overflow": true`).
+    pub overflow: bool,
 }
 
 /// Everything the commit transaction writes, planned before the LLM call.
@@ -92,6 +94,8 @@ pub struct Record<'a> {
     pub cleared: &'a [ClearedRow],
     /// The request forced it (`"force": true`): recorded as `forced` in the usage event.
     pub forced: bool,
+    /// It answers a context overflow (`"overflow": true`): recorded as `overflow`.
+    pub overflow: bool,
     /// The request's focus for the summary, recorded as `instructions` in the usage
     /// event, with who wrote them as `instructions_from`.
     pub instructions: Option<&'a Instructions>,
@@ -140,6 +144,7 @@ impl<'a> Record<'a> {
             summarized: written.is_some(),
             cleared: &plan.cleared,
             forced: turn.forced,
+            overflow: turn.overflow,
             instructions: written.and(plan.instructions.as_ref()),
         }
     }
@@ -183,6 +188,9 @@ impl<'a> Record<'a> {
         metadata["summarized"] = json!(self.summarized);
         if self.forced {
             metadata["forced"] = json!(true);
+        }
+        if self.overflow {
+            metadata["overflow"] = json!(true);
         }
         if let Some(instructions) = self.instructions {
             metadata["instructions"] = json!(instructions.text);
@@ -293,6 +301,7 @@ mod tests {
             request_id: "r1",
             job_id: Some("job-7"),
             forced: true,
+            overflow: false,
         }
     }
 

@@ -253,10 +253,12 @@ pub fn for_event(
 /// The limits one event runs with: value by value, the request's, else the session's
 /// (each clamped to `bounds`), else the configured one.
 ///
-/// The result always has keep < threshold, which the planner relies on. When the values
-/// picked break that (say, a request's threshold below the configured keep), keep
-/// becomes a third of the threshold (the seed's defaults' ratio), but no less than
-/// `SUMMARIZATION_MIN_KEEP_CHARS` where that is still below the threshold.
+/// The result has keep < threshold, which the planner relies on for a compaction the
+/// threshold triggers. When the values picked break that (say, a request's threshold
+/// below the configured keep), keep becomes a third of the threshold (the seed's
+/// defaults' ratio), but no less than `SUMMARIZATION_MIN_KEEP_CHARS` where that is still
+/// below the threshold. A forced request's keep is its own, whatever the threshold,
+/// which a forced compaction ignores: a keep it asked for is never quietly lowered.
 pub fn limits(
     configured: Limits,
     bounds: Bounds,
@@ -275,7 +277,7 @@ pub fn limits(
         .map_or(configured.keep_chars, |k| {
             k.clamp(bounds.min_keep_chars, bounds.max_keep_chars)
         });
-    if keep >= threshold {
+    if keep >= threshold && !request.force {
         keep = (threshold / 3).max(bounds.min_keep_chars.min(threshold - 1));
     }
     Limits {

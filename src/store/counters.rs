@@ -57,7 +57,10 @@ impl Counters {
 /// The reasons a skip is remembered for: both depend on the history alone, so they hold
 /// until it changes. (Threshold and turn counts are read from the counters anyway.)
 pub(super) fn rememberable(reason: Reason) -> bool {
-    matches!(reason, Reason::NoSafeBoundary | Reason::NothingToCompact)
+    matches!(
+        reason,
+        Reason::NoSafeBoundary | Reason::NothingToCompact | Reason::WithinKeep
+    )
 }
 
 /// A counters query's row, as both backends select it (integers as 64-bit), so that one
@@ -104,7 +107,11 @@ pub(super) struct SessionCountersRow {
 /// A `sessions.skip_reason` read back; an unknown one (written by a newer worker) is
 /// ignored, so the session is planned as usual.
 pub(super) fn remembered(reason: &str) -> Option<Reason> {
-    [Reason::NoSafeBoundary, Reason::NothingToCompact]
-        .into_iter()
-        .find(|r| r.as_str() == reason)
+    [
+        Reason::NoSafeBoundary,
+        Reason::NothingToCompact,
+        Reason::WithinKeep,
+    ]
+    .into_iter()
+    .find(|r| r.as_str() == reason)
 }

@@ -79,6 +79,7 @@ pub fn reply_to_processed(event: &Event, processed: &Processed) -> Reply {
         processed.duration.as_millis() as u64,
     )
     .with_latest_compaction_id(processed.latest_compaction_id)
+    .with_keep_chars(processed.keep_chars)
 }
 
 /// Logs (rate-limited) and counts an event that could not be decoded, and returns its

@@ -31,6 +31,7 @@ impl Event {
             request_id: &self.request_id,
             job_id: self.job_id.as_deref(),
             forced: self.overrides.force,
+            overflow: self.overrides.overflow,
         }
     }
 }

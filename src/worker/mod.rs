@@ -134,6 +134,8 @@ pub struct Processed {
     /// The session's compaction in force when it was checked (`None` when it has none or
     /// was not read); a compaction's reply reports itself instead.
     pub latest_compaction_id: Option<i64>,
+    /// The keep the event ran with, once the session was read and not disabled.
+    pub keep_chars: Option<i64>,
     pub duration: Duration,
 }
 
@@ -143,6 +145,8 @@ struct Checked {
     session_chars: i64,
     /// The compaction in force (`sessions.last_compaction_id`).
     latest_compaction_id: Option<i64>,
+    /// The keep the event's limits gave.
+    keep_chars: Option<i64>,
 }
 
 pub struct Worker {
@@ -173,6 +177,8 @@ pub struct Worker {
 struct Decision {
     /// What to answer, or to do before answering.
     action: Action,
+    /// The keep the event's limits gave (`None` for a disabled session, which has none).
+    keep_chars: Option<i64>,
     /// A summary to prepare in the background (`SUMMARIZATION_PRECOMPUTE_AT`), whatever
     /// the answer: the session is below its threshold and nearing it.
     precompute: Option<Job>,
@@ -204,12 +210,12 @@ fn decide(
     counters: &Counters,
     event: &Event,
 ) -> Decision {
-    let skip = |reason| Decision {
-        action: Action::Skip(reason),
-        precompute: None,
-    };
     if counters.settings.disabled() {
-        return skip(Reason::Disabled);
+        return Decision {
+            action: Action::Skip(Reason::Disabled),
+            keep_chars: None,
+            precompute: None,
+        };
     }
     let request = event.overrides;
     let limits = overrides::for_event(
@@ -262,7 +268,11 @@ fn decide(
             job,
         },
     };
-    Decision { action, precompute }
+    Decision {
+        action,
+        keep_chars: Some(limits.keep_chars),
+        precompute,
+    }
 }
 
 impl Worker {
@@ -320,7 +330,11 @@ impl Worker {
             self.metrics
                 .compaction_turn_took(precomputed, duration.as_secs_f64());
         }
+        if event.overrides.overflow {
+            self.metrics.overflow(outcome.reason());
+        }
         Processed {
+            keep_chars: checked.and_then(|c| c.keep_chars),
             outcome,
             session_chars: checked.map(|c| c.session_chars),
             latest_compaction_id: checked.and_then(|c| c.latest_compaction_id),
@@ -361,11 +375,12 @@ impl Worker {
             Ok(None) => return (Outcome::Skipped(Reason::UnknownSession), None, false),
             Err(e) => return (store_failure(event, "reading the session", &e), None, false),
         };
+        let decision = decide(&self.policy, &self.tool_outputs, &counters, event);
         let checked = Some(Checked {
             session_chars: counters.total_chars,
             latest_compaction_id: counters.last_compaction_id,
+            keep_chars: decision.keep_chars,
         });
-        let decision = decide(&self.policy, &self.tool_outputs, &counters, event);
         if let Some(job) = decision.precompute {
             // In the background: the reply goes out now.
             self.start_precompute(event, job);

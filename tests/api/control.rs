@@ -156,7 +156,8 @@ async fn a_forced_compaction_holds_the_other_skip_rules() {
         replied(compact(&app, "off", None).await).reason,
         Reason::Disabled
     );
-    // A session whose whole history is within the keep has no safe boundary.
+    // A session whose whole history is within the keep says so, with the sizes: not
+    // `no_safe_boundary`, which means there is no human turn to cut at.
     app.append_turns("short", 2).await;
     let keep_all = Overrides {
         keep_chars: Some(100_000),
@@ -168,9 +169,41 @@ async fn a_forced_compaction_holds_the_other_skip_rules() {
             .compact("short", None, keep_all, Duration::from_secs(15))
             .await,
     );
-    assert_eq!(reply.reason, Reason::NoSafeBoundary);
+    assert_eq!(reply.reason, Reason::WithinKeep, "{reply:?}");
+    assert_eq!(reply.keep_chars, Some(100_000));
+    assert!(reply.session_chars.unwrap() < 100_000, "{reply:?}");
     assert_eq!(app.llm_requests().await, 0);
     assert_eq!(app.usage_events("short").await.len(), 0);
+}
+
+/// A compaction the agent asks for because its model refused a call as too long: the
+/// usage event and `/metrics` say so.
+#[tokio::test]
+async fn an_overflow_compaction_is_recorded_and_counted() {
+    let app = spawn_app_with(&[]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    below_threshold(&app, "s").await;
+    let payload = r#"{"session_id":"s","force":true,"overflow":true,"keep_chars":800}"#;
+    let reply = app.send_raw(payload.as_bytes()).await;
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    assert_eq!(reply.keep_chars, Some(800));
+    let metadata = &app.usage_events("s").await[0].4;
+    assert_eq!(metadata["overflow"], json!(true));
+    assert_eq!(metadata["forced"], json!(true));
+    let metrics = reqwest::get(format!("http://{}/metrics", app.http_addr.unwrap()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"summarizer_overflow_requests_total{reason="compacted"} 1"#),
+        "{metrics}"
+    );
+    // An ordinary turn says nothing of it.
+    app.append_turns("s", 4).await;
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    assert_eq!(app.usage_events("s").await[1].4.get("overflow"), None);
 }
 
 #[tokio::test]
@@ -197,6 +230,9 @@ async fn bad_values_of_the_new_fields_are_rejected_naming_the_field() {
         ("instructions", "\"a\\u0007bell\"".to_owned()),
         ("instructions", "\"tab\\there\"".to_owned()),
         ("instructions", long),
+        ("overflow", "\"yes\"".to_owned()),
+        ("overflow", "1".to_owned()),
+        ("instructions_from", "\"admin\"".to_owned()),
     ];
     for (field, value) in cases {
         let payload = format!(r#"{{"session_id":"s","force":true,"{field}":{value}}}"#);

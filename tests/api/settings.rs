@@ -109,10 +109,16 @@ async fn a_size_past_two_to_the_64_is_clamped_like_any_other() {
     let reply = app.send_raw(payload.as_bytes()).await;
     assert_eq!(reply.reason, Reason::BelowThreshold, "{reply:?}");
     assert_eq!(app.llm_requests().await, 0);
-    // A keep as large is clamped too, then held below the threshold, as any keep is.
+    // A keep as large is clamped to its bound (a forced compaction's keep is its own,
+    // whatever the threshold), which holds this whole history.
     let forced = format!(r#"{{"session_id":"s","force":true,"keep_chars":{huge}}}"#);
     let reply = app.send_raw(forced.as_bytes()).await;
-    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    assert_eq!(reply.reason, Reason::WithinKeep, "{reply:?}");
+    assert_eq!(
+        reply.keep_chars,
+        Some(5_000_000),
+        "SUMMARIZATION_MAX_KEEP_CHARS"
+    );
 }
 
 #[tokio::test]

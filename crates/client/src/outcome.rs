@@ -39,6 +39,9 @@ pub enum Reason {
     BelowThreshold,
     TooFewTurns,
     NoSafeBoundary,
+    /// A forced compaction found the whole history within its keep: nothing would be
+    /// left to summarize (the reply's `session_chars` and `keep_chars` say by how much).
+    WithinKeep,
     NothingToCompact,
     UnknownSession,
     /// An LLM failure put the session in backoff (`FAILURE_BACKOFF_MS`).
@@ -63,6 +66,7 @@ impl Reason {
             Self::BelowThreshold => "below_threshold",
             Self::TooFewTurns => "too_few_turns",
             Self::NoSafeBoundary => "no_safe_boundary",
+            Self::WithinKeep => "within_keep",
             Self::NothingToCompact => "nothing_to_compact",
             Self::UnknownSession => "unknown_session",
             Self::BackingOff => "backing_off",

@@ -93,6 +93,10 @@ pub struct Overrides {
     /// Compact now, even below the threshold (the other skip rules hold).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub force: bool,
+    /// This compaction answers a model call the provider refused as too long (a context
+    /// overflow): recorded as `overflow` in its usage event and counted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overflow: bool,
     /// Compact when the session's tokens are over this many.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold_tokens: Option<i64>,
@@ -121,7 +125,7 @@ impl Request {
     /// [`InvalidRequest`] saying what is wrong: too large, not a JSON object, a missing
     /// or non-string `session_id`, an empty, oversized or control-character id, a
     /// `threshold_chars` or `keep_chars` that is not a positive integer, a
-    /// `tool_output_clearing` or `force` that is not a boolean, a `threshold_tokens` that
+    /// `tool_output_clearing`, `force` or `overflow` that is not a boolean, a `threshold_tokens` that
     /// is not a positive integer up to [`MAX_TOKENS`], a `context_tokens` that is not an
     /// integer from 0 to it, an `instructions` that is not a string, is longer than
     /// [`MAX_INSTRUCTIONS_CHARS`] or holds a control character other than a newline, an
@@ -154,6 +158,7 @@ impl Request {
             keep_chars: size(&fields, "keep_chars")?,
             tool_output_clearing: flag(&fields, "tool_output_clearing")?,
             force: flag(&fields, "force")?.unwrap_or(false),
+            overflow: flag(&fields, "overflow")?.unwrap_or(false),
             threshold_tokens: tokens(&fields, "threshold_tokens", 1)?,
             context_tokens: tokens(&fields, "context_tokens", 0)?,
         };
@@ -349,6 +354,10 @@ pub struct Reply {
     pub tool_outputs_cleared: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chars_cleared: Option<i64>,
+    /// The keep the event ran with, on the replies of a compaction and of the planner's
+    /// refusals (`within_keep`, `no_safe_boundary`, `nothing_to_compact`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_chars: Option<i64>,
     /// The `usage_events.id` of the compaction, also its `archived_messages.compaction_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction_id: Option<i64>,
@@ -394,6 +403,7 @@ impl Reply {
             summary_chars: compaction.map(|c| c.summary_chars),
             tool_outputs_cleared: compaction.map(|c| c.tool_outputs_cleared),
             chars_cleared: compaction.map(|c| c.chars_cleared),
+            keep_chars: None,
             compaction_id: compaction.map(|c| c.compaction_id),
             latest_compaction_id: compaction.map(|c| c.compaction_id),
             duration_ms,
@@ -408,6 +418,21 @@ impl Reply {
         if self.compaction_id.is_none() {
             self.latest_compaction_id = id;
         }
+        self
+    }
+
+    /// With the keep the event ran with, on a compaction's reply or a planner refusal's.
+    #[must_use]
+    pub fn with_keep_chars(mut self, keep_chars: Option<i64>) -> Self {
+        let planned = matches!(
+            self.reason,
+            Reason::Compacted
+                | Reason::Cleared
+                | Reason::WithinKeep
+                | Reason::NoSafeBoundary
+                | Reason::NothingToCompact
+        );
+        self.keep_chars = keep_chars.filter(|_| planned);
         self
     }
 
@@ -675,6 +700,7 @@ mod tests {
                 keep_chars: Some(3000),
                 tool_output_clearing: Some(true),
                 force: true,
+                overflow: true,
                 threshold_tokens: Some(100_000),
                 context_tokens: Some(0),
             },

@@ -42,6 +42,8 @@ impl Split {
 /// The skip reason, as a reply carries it:
 /// - [`Reason::BelowThreshold`]: the session holds at most `threshold_chars`;
 /// - [`Reason::TooFewTurns`]: fewer than two human turns;
+/// - [`Reason::WithinKeep`]: the whole history is within `keep_chars` (a forced
+///   compaction's: an ordinary one's threshold is above its keep);
 /// - [`Reason::NoSafeBoundary`]: no human turn after the first message at which the kept
 ///   part holds `keep_chars` without separating a tool call from its result or removing
 ///   a call still waiting for its result;
@@ -66,7 +68,7 @@ pub fn plan(messages: &[Message], limits: Limits) -> Result<Split, Reason> {
             kept >= limits.keep_chars
         })
         .map(|(i, _)| i)
-        .ok_or(Reason::NoSafeBoundary)?;
+        .ok_or(Reason::WithinKeep)?;
 
     // Moving the cut back only grows the kept part, so it still holds `keep_chars`.
     let splits_a_call = calls_spanning(messages);
