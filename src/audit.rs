@@ -101,6 +101,17 @@ const INVARIANTS: &[Invariant] = &[
         ),
     },
     Invariant {
+        name: "unweighed_blocks",
+        description: "a message holds blocks the weighing rule charges (an image, thinking, \
+                      reasoning) but its block_chars says they weigh nothing, so the \
+                      session's size leaves them out",
+        query: Query::UnweighedBlocks,
+        remedy: Some(
+            "run `summarizer repair --apply`: it weighs them by the rule (docs/protocol.md, \
+             \"Weights\"), and the counters follow",
+        ),
+    },
+    Invariant {
         name: "counters_drift",
         description: "a session's counters differ from its messages",
         query: Query::CountersDrift,

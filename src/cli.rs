@@ -615,8 +615,31 @@ async fn dead_letters(settings: &Settings, action: DeadLetterAction) -> anyhow::
     Ok(ExitCode::SUCCESS)
 }
 
-/// `summarizer repair`'s report: one line per drifted session, then what was done.
+/// `summarizer repair`'s report: the rows whose blocks were left unweighed, one line per
+/// drifted session, then what was done. `--apply` weighs the rows first (their counters
+/// follow), then recomputes what still drifts.
 async fn repair(store: &dyn Store, apply: bool) -> anyhow::Result<String> {
+    let mut out = String::new();
+    if apply {
+        let weighed = store.reweigh_blocks().await.context("weighing blocks")?;
+        if weighed > 0 {
+            out.push_str(&format!(
+                "weighed the blocks of {weighed} messages by the rule\n"
+            ));
+        }
+    } else {
+        let unweighed = store
+            .breaches(crate::store::Invariant::UnweighedBlocks)
+            .await
+            .context("reading weights")?;
+        if !unweighed.is_empty() {
+            out.push_str(&format!(
+                "{} messages hold blocks that weigh nothing; dry run, nothing written: \
+                 `summarizer repair --apply` weighs them\n",
+                unweighed.len()
+            ));
+        }
+    }
     let drifted = if apply {
         store
             .repair_counters()
@@ -626,9 +649,10 @@ async fn repair(store: &dyn Store, apply: bool) -> anyhow::Result<String> {
         store.counter_drift().await.context("reading counters")?
     };
     if drifted.is_empty() {
-        return Ok("every session's counters match its messages\n".to_owned());
+        out.push_str("every session's counters match its messages\n");
+        return Ok(out);
     }
-    let mut out = String::from("session: chars/messages/human turns, stored -> from messages\n");
+    out.push_str("session: chars/messages/human turns, stored -> from messages\n");
     for drift in &drifted {
         out.push_str(&format!("{drift}\n"));
     }

@@ -33,6 +33,7 @@ impl Loaded {
         CountedAt {
             total_chars: self.messages.iter().map(|m| m.chars).sum(),
             message_count: i64::try_from(self.messages.len()).unwrap_or(i64::MAX),
+            largest_output_chars: clearing::largest_evictable(&self.messages, &self.cleared),
         }
     }
 }
@@ -42,6 +43,8 @@ impl Loaded {
 pub struct CountedAt {
     pub total_chars: i64,
     pub message_count: i64,
+    /// The largest tool result a compaction could evict ([`clearing::largest_evictable`]).
+    pub largest_output_chars: i64,
 }
 
 /// A tool result a compaction clears in place: its row as it was loaded (the commit
@@ -86,6 +89,8 @@ pub struct Plan {
     /// `false`: the clearing is the whole compaction; nothing else is removed and no
     /// summary written.
     pub summarized: bool,
+    /// The request forced it: its old part may be smaller than any summary.
+    pub forced: bool,
 }
 
 impl Plan {
@@ -123,6 +128,7 @@ impl Plan {
             instructions: None,
             cleared,
             summarized: false,
+            forced: false,
         }
     }
 }
@@ -131,18 +137,23 @@ impl Plan {
 /// the reason to skip (the split's: no safe boundary, nothing to compact).
 ///
 /// With `clearing`, old tool results are cleared first ([`clearing::plan`], down to the
-/// keep). When that brings the session to its threshold or below, the clearing is the
-/// whole compaction; when it does not, the summary's split is planned on the history as
-/// cleared (the summarizer reads the placeholders, not the outputs), and the results
+/// keep), and, whatever `clearing` says, results over `evict_over` chars are
+/// ([`clearing::evictions`], `TOOL_OUTPUT_MAX_CHARS`; 0 is off), even below the
+/// threshold. When that brings the session to its threshold or below, the clearing is
+/// the whole compaction; when it does not, the summary's split is planned on the history
+/// as cleared (the summarizer reads the placeholders, not the outputs), and the results
 /// cleared in the kept part are cleared in place. A clearing is written even when no
 /// summary can be planned after it (no safe boundary, say): it still makes room.
 ///
 /// # Errors
-/// The [`Reason`] the split gives for not compacting.
+/// The [`Reason`] the split gives for not compacting; [`Reason::BelowThreshold`] for a
+/// session at or below its threshold that has nothing to evict either (it was loaded
+/// because its largest output looked too large, and none it could evict is).
 pub fn plan(
     loaded: Loaded,
     limits: Limits,
     clearing: Option<&clearing::Rules>,
+    evict_over: i64,
 ) -> Result<Plan, Reason> {
     let Loaded {
         mut messages,
@@ -150,12 +161,15 @@ pub fn plan(
         cleared,
     } = loaded;
     let session_chars: i64 = messages.iter().map(|m| m.chars).sum();
+    let over = session_chars > limits.threshold_chars;
     let clearing = match clearing {
-        Some(rules) if session_chars > limits.threshold_chars => {
-            clearing::plan(&messages, &cleared, rules, limits.keep_chars)
-        }
+        Some(rules) if over => clearing::plan(&messages, &cleared, rules, limits.keep_chars),
         _ => clearing::Clearing::default(),
-    };
+    }
+    .with(clearing::evictions(&messages, &cleared, evict_over));
+    if clearing.is_empty() && !over {
+        return Err(Reason::BelowThreshold);
+    }
     if clearing.is_empty() {
         let split = split::plan(&messages, limits)?;
         return Ok(summary_plan(
@@ -266,6 +280,7 @@ fn summary_plan(
         instructions: None,
         cleared: cleared.in_place,
         summarized: true,
+        forced: false,
     }
 }
 
@@ -324,7 +339,7 @@ mod tests {
             messages.push(message(2 + 2 * turn, Role::User, 300));
             messages.push(message(3 + 2 * turn, Role::Assistant, 600));
         }
-        let plan = plan(loaded(messages), limits(), None).unwrap();
+        let plan = plan(loaded(messages), limits(), None, 0).unwrap();
         // The last turn (900 chars) is short of the keep: the last two stay.
         assert_eq!(plan.removed_seqs, [2, 3, 4, 5]);
         assert_eq!(plan.cut_seq, 6);
@@ -356,7 +371,7 @@ mod tests {
             min_chars: 500,
             exclude: Vec::new(),
         };
-        let plan = plan(loaded(messages), limits(), Some(&rules)).unwrap();
+        let plan = plan(loaded(messages), limits(), Some(&rules), 0).unwrap();
         assert!(!plan.summarized);
         assert_eq!(plan.cleared.len(), 3);
         assert_eq!(

@@ -311,7 +311,7 @@ mod tests {
 
     #[test]
     fn a_pending_summary_stores_the_events_shape_but_for_what_the_applying_turn_gives() {
-        let mut plan = super::super::plan(loaded(), limits(), None).unwrap();
+        let mut plan = super::super::plan(loaded(), limits(), None, 0).unwrap();
         plan.instructions = Some(Instructions {
             text: "keep the pool".to_owned(),
             from: InstructionsFrom::Agent,
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_clearing_alone_records_no_model_no_summary_and_no_instructions() {
-        let mut plan = super::super::plan(loaded(), limits(), None).unwrap();
+        let mut plan = super::super::plan(loaded(), limits(), None, 0).unwrap();
         plan.summarized = false;
         plan.model = Some("gpt-x".to_owned());
         plan.instructions = Some(Instructions {

@@ -469,6 +469,9 @@ pub struct ToolOutputs {
     pub min_chars: i64,
     /// Tools whose results are never cleared, by the name of the call they answer.
     pub exclude: Vec<String>,
+    /// `TOOL_OUTPUT_MAX_CHARS`: a result larger than this is evicted by the next turn,
+    /// whatever the rules above say (see `compaction::clearing::evictions`); 0 is off.
+    pub max_chars: i64,
 }
 
 impl Default for ToolOutputs {
@@ -479,9 +482,15 @@ impl Default for ToolOutputs {
             keep: 3,
             min_chars: 1000,
             exclude: Vec::new(),
+            max_chars: 20_000,
         }
     }
 }
+
+/// The smallest `TOOL_OUTPUT_MAX_CHARS` but 0: an evicted result keeps its first and last
+/// lines (`compaction::clearing::EVICTED_ENDS_CHARS` each) beside its placeholder, so a
+/// smaller one would save next to nothing.
+pub const MIN_EVICTED_CHARS: i64 = 4_000;
 
 impl ToolOutputs {
     pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
@@ -520,11 +529,19 @@ impl ToolOutputs {
             .filter(|name| !name.is_empty())
             .map(str::to_owned)
             .collect();
+        let max_chars: i64 = raw.parse(&TOOL_OUTPUT_MAX_CHARS)?;
+        if max_chars != 0 && max_chars < MIN_EVICTED_CHARS {
+            return Err(ConfigError::invalid(
+                TOOL_OUTPUT_MAX_CHARS.name,
+                format!("must be 0 (off) or at least {MIN_EVICTED_CHARS}, got {max_chars}"),
+            ));
+        }
         Ok(Self {
             clearing,
             keep,
             min_chars,
             exclude,
+            max_chars,
         })
     }
 }

@@ -428,6 +428,15 @@ pub const TOOL_OUTPUT_MIN_CHARS: Setting = setting(
     Plain,
     |s| s.tool_outputs.min_chars.to_string(),
 );
+pub const TOOL_OUTPUT_MAX_CHARS: Setting = setting(
+    "TOOL_OUTPUT_MAX_CHARS",
+    "20000",
+    "a tool result larger than this many chars is cleared by the next turn, even among the \
+     newest and with TOOL_OUTPUT_CLEARING off, its first and last lines kept (0: off, else \
+     at least 4000)",
+    Plain,
+    |s| s.tool_outputs.max_chars.to_string(),
+);
 pub const TOOL_OUTPUT_EXCLUDE: Setting = setting(
     "TOOL_OUTPUT_EXCLUDE",
     "",
@@ -529,6 +538,7 @@ pub const SETTINGS: &[Setting] = &[
     TOOL_OUTPUT_CLEARING,
     TOOL_OUTPUT_KEEP,
     TOOL_OUTPUT_MIN_CHARS,
+    TOOL_OUTPUT_MAX_CHARS,
     TOOL_OUTPUT_EXCLUDE,
     LEASE_DURATION_MS,
     FAILURE_BACKOFF_MS,

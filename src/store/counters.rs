@@ -40,6 +40,10 @@ pub struct Counters {
     pub skip_at_keep: Option<i64>,
     /// The chars per token measured at the session's last compaction; `None` before it.
     pub chars_per_token: Option<f64>,
+    /// The largest tool output the session may hold that a compaction could evict
+    /// (`sessions.largest_output_chars`): exact after a compaction, an upper bound between
+    /// them.
+    pub largest_output_chars: i64,
     /// The session's row of `session_settings`; all `None` without one.
     pub settings: SessionSettings,
 }
@@ -76,6 +80,7 @@ pub(super) struct CountersRow {
     skip_at_keep: Option<i64>,
     last_compaction_id: Option<i64>,
     chars_per_token: Option<f64>,
+    largest_output_chars: i64,
     #[sqlx(flatten)]
     settings: SettingsRow,
 }
@@ -91,6 +96,7 @@ impl From<CountersRow> for Counters {
             last_compaction_id: row.last_compaction_id,
             skip_at_keep: row.skip_at_keep,
             chars_per_token: row.chars_per_token,
+            largest_output_chars: row.largest_output_chars,
             settings: row.settings.into(),
         }
     }

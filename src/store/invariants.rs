@@ -21,6 +21,10 @@ pub trait Invariants: Send + Sync {
     /// Recomputes drifted counters from the messages and writes them; returns what it
     /// changed (stored before, actual after).
     async fn repair_counters(&self) -> Result<Vec<CounterDrift>, StoreError>;
+
+    /// Weighs by the rule the blocks of every message [`Invariant::UnweighedBlocks`]
+    /// finds (the counters follow, by their triggers); returns how many rows it weighed.
+    async fn reweigh_blocks(&self) -> Result<u64, StoreError>;
 }
 
 /// An invariant the whole database must keep whatever crashed, restarted or raced.
@@ -54,6 +58,10 @@ pub enum Invariant {
     /// A message's text is not valid UTF-8: SQLite stores any bytes cast to TEXT, and
     /// such a row cannot be read as text, so its session is never compacted.
     TextNotUtf8,
+    /// A message holds blocks the weighing rule charges (an image, thinking, reasoning)
+    /// but its `block_chars` says they weigh nothing: a writer set 0, so thresholds do
+    /// not see them (`Invariants::reweigh_blocks` weighs them).
+    UnweighedBlocks,
 }
 
 /// One breach of an invariant: where, and what an operator would look at.

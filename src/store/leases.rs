@@ -32,7 +32,8 @@ pub trait Leases: Send + Sync {
     /// `keep_chars`, and remembers why when the reason depends on the history alone
     /// (`no_safe_boundary`, `nothing_to_compact`): until the counters change,
     /// [`Counts::counters`](super::Counts::counters) answers with it and, for the same keep, the worker neither
-    /// takes the lease nor loads the history again.
+    /// takes the lease nor loads the history again. Whatever the reason, the session's
+    /// largest evictable output becomes `counted`'s, while the counters still match it.
     async fn release_lease_remembering(
         &self,
         session_id: &str,

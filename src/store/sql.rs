@@ -54,11 +54,25 @@ macro_rules! select_settings_sql {
 pub const RELEASE_LEASE: &str = "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
      WHERE session_id = $1 AND lease_owner = $2";
 
-/// [`RELEASE_LEASE`], remembering the skip `$3` planned on `$4` chars and `$5` messages
-/// with keep `$6`.
+/// The largest tool output of session `$1` that a compaction could evict (uncleared,
+/// unpinned), as it is: what `sessions.largest_output_chars` is set to under the lease.
+macro_rules! largest_output_sql {
+    () => {
+        "(SELECT coalesce(max(chars), 0) FROM messages
+          WHERE session_id = $1 AND role = 'tool' AND tool_call_id IS NOT NULL AND cleared_by IS NULL AND NOT pinned)"
+    };
+}
+
+/// [`RELEASE_LEASE`], remembering the skip `$3` (NULL: nothing to remember) planned on
+/// `$4` chars and `$5` messages with keep `$6`, and the largest output a compaction could
+/// evict in that history, `$7`: exact where [`largest_output_sql`] is an upper bound (the
+/// planner pairs results with their calls). Only while the counters still say `$4` and
+/// `$5`: an output appended since keeps the bound its write raised.
 pub const RELEASE_LEASE_REMEMBERING: &str = "UPDATE sessions
      SET lease_owner = NULL, lease_expires_at = NULL,
-         skip_reason = $3, skip_at_chars = $4, skip_at_count = $5, skip_at_keep = $6
+         skip_reason = $3, skip_at_chars = $4, skip_at_count = $5, skip_at_keep = $6,
+         largest_output_chars = CASE WHEN total_chars = $4 AND message_count = $5
+                                     THEN $7 ELSE largest_output_chars END
      WHERE session_id = $1 AND lease_owner = $2";
 
 /// Writes session `$1`'s settings (`enabled`, `threshold_chars`, `keep_chars`, `model`,
@@ -106,7 +120,7 @@ macro_rules! check_totals_sql {
 macro_rules! message_columns_sql {
     () => {
         "session_id, seq, role, content, tool_calls, tool_call_id, is_summary, created_at,
-         external_id, extra, cleared_by"
+         external_id, extra, cleared_by, block_chars"
     };
 }
 
@@ -153,7 +167,8 @@ pub const UNRESTORABLE_CLEARED: &str = "SELECT a.seq,
 /// Writes compaction `$1`'s cleared originals back into the rows that still hold its
 /// placeholder, and no other: text a restore did not write is never overwritten.
 pub const UNCLEAR: &str = "UPDATE messages
-     SET content = a.content, extra = a.extra, cleared_by = a.cleared_by
+     SET content = a.content, extra = a.extra, cleared_by = a.cleared_by,
+         block_chars = a.block_chars
      FROM archived_messages AS a
      WHERE a.compaction_id = $1 AND a.cleared AND messages.cleared_by = $1
        AND messages.session_id = a.session_id AND messages.seq = a.seq";

@@ -280,7 +280,9 @@ impl Worker {
     }
 
     /// Asks the summarizer for the old part's summary and checks it against the
-    /// template. `Err` is the `failed/llm_error` outcome, already logged and counted.
+    /// template. `Err` is the `failed/llm_error` outcome, already logged and counted, or
+    /// `skipped/nothing_to_compact` for a forced compaction's summary no shorter than
+    /// the old part.
     /// (The fact check comes after: see `Worker::check_facts`.)
     async fn summarize_and_check(
         &self,
@@ -300,6 +302,14 @@ impl Worker {
             self.policy.summary_max_chars,
         ) {
             Ok(text) => Ok((summary, text)),
+            // A forced compaction of a short history: its old part may be smaller than
+            // any summary, which is nothing a summary could shorten, not a failure of the
+            // LLM's and no reason to back off. (An old part a threshold planned is large:
+            // a summary longer than it is the model's failure.)
+            Err(e @ summary::Rejected::NotShorter { .. }) if plan.forced => {
+                tracing::info!("[{rid}] summarizer: nothing to compact, {e}");
+                Err(Outcome::Skipped(Reason::NothingToCompact))
+            }
             Err(e) => {
                 self.metrics.llm_failed("invalid_summary");
                 Err(llm_failure(rid, e.to_string()))
@@ -396,10 +406,11 @@ pub(super) async fn plan_with_tokens(
     clearing: Option<clearing::Rules>,
 ) -> Result<Plan, Outcome> {
     tokens::ensure_loaded().await;
-    let plan = plan_off_thread(loaded, job.limits, clearing).await?;
+    let plan = plan_off_thread(loaded, (job.limits, job.evict_over), clearing).await?;
     Ok(Plan {
         model: job.model,
         instructions: job.instructions,
+        forced: job.forced,
         ..plan
     })
 }
@@ -408,14 +419,14 @@ pub(super) async fn plan_with_tokens(
 /// `Err` is the outcome to answer: the skip reason, or a failure.
 async fn plan_off_thread(
     loaded: Loaded,
-    limits: Limits,
+    (limits, evict_over): (Limits, i64),
     clearing: Option<clearing::Rules>,
 ) -> Result<Plan, Outcome> {
     let chars: i64 = loaded.messages.iter().map(|m| m.chars).sum();
     let planned = if chars <= PLAN_OFF_THREAD_CHARS {
-        compaction::plan(loaded, limits, clearing.as_ref())
+        compaction::plan(loaded, limits, clearing.as_ref(), evict_over)
     } else {
-        let planning = move || compaction::plan(loaded, limits, clearing.as_ref());
+        let planning = move || compaction::plan(loaded, limits, clearing.as_ref(), evict_over);
         match tokio::task::spawn_blocking(planning).await {
             Ok(planned) => planned,
             // The compaction's task catches the panic (see `Worker::compact_in_task`).

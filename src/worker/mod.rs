@@ -119,6 +119,9 @@ struct Job {
     /// The request forced it: `limits.threshold_chars` is 0, so the planner does not
     /// refuse a session below its threshold.
     forced: bool,
+    /// `TOOL_OUTPUT_MAX_CHARS`: tool results larger than this are evicted whatever the
+    /// rest of the job does; 0 is off.
+    evict_over: i64,
     /// The request's focus for the summary.
     instructions: Option<Instructions>,
 }
@@ -227,8 +230,12 @@ fn decide(
     );
     let clearing = overrides::clearing(tool_outputs, &counters.settings, request);
     let forced = request.force;
-    let below = !forced && counters.total_chars <= limits.threshold_chars;
-    let blocked = if counters.human_turns < 2 && clearing.is_none() {
+    let evict_over = tool_outputs.max_chars;
+    // A tool output too large to keep is evicted by the next turn, over the threshold or
+    // not: the counters say when the session may hold one.
+    let evicting = evict_over > 0 && counters.largest_output_chars > evict_over;
+    let below = !forced && !evicting && counters.total_chars <= limits.threshold_chars;
+    let blocked = if counters.human_turns < 2 && clearing.is_none() && !evicting {
         Some(Reason::TooFewTurns)
     } else if counters.backing_off {
         Some(Reason::BackingOff)
@@ -248,6 +255,7 @@ fn decide(
         model: counters.settings.model.clone(),
         clearing,
         forced,
+        evict_over,
         instructions: event.instructions.clone(),
     };
     // A session whose compactions clear first is not precomputed: its next compaction
@@ -264,6 +272,7 @@ fn decide(
             pending_first: policy.precompute.enabled()
                 && job.clearing.is_none()
                 && !job.forced
+                && !evicting
                 && job.instructions.is_none(),
             job,
         },

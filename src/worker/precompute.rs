@@ -134,11 +134,14 @@ impl Worker {
         let limits = job.limits;
         // The split the threshold would produce: the planner's cut depends on the keep
         // alone, the threshold only gates it, and this session is still below it.
+        // A pending summary replaces a prefix and clears nothing (a clearing is written
+        // by the turn that compacts).
         let planning = Job {
             limits: Limits {
                 threshold_chars: 0,
                 ..limits
             },
+            evict_over: 0,
             ..job
         };
         let counted = loaded.counted();

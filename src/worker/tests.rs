@@ -38,6 +38,7 @@ fn counters(total_chars: i64, human_turns: i64) -> Counters {
         last_compaction_id: None,
         skip_at_keep: None,
         chars_per_token: None,
+        largest_output_chars: 0,
         settings: SessionSettings::default(),
     }
 }

@@ -57,6 +57,9 @@ async fn app_with_model(budget: usize, context: usize) -> TestApp {
         ("SUMMARY_MAX_CHARS", "1500"),
         ("LLM_DEADLINE_MS", "60000"),
         ("LEASE_DURATION_MS", "120000"),
+        // What the prompt does with outputs the operator keeps whole: no eviction
+        // (tests/api/wall.rs has those).
+        ("TOOL_OUTPUT_MAX_CHARS", "0"),
     ])
     .await;
     Mock::given(method("POST"))

@@ -12,7 +12,7 @@ use wiremock::Mock;
 use wiremock::matchers::method;
 
 use crate::facts::{LISTED, Obliging, RETRY, user_message};
-use crate::helpers::{SUMMARY, TestApp, spawn_app_with};
+use crate::helpers::{SUMMARY, TestApp, filler, spawn_app_with};
 
 /// Three turns of about 760 chars: below the test workers' threshold of 3,000.
 async fn below_threshold(app: &TestApp, session: &str) {
@@ -174,6 +174,40 @@ async fn a_forced_compaction_holds_the_other_skip_rules() {
     assert!(reply.session_chars.unwrap() < 100_000, "{reply:?}");
     assert_eq!(app.llm_requests().await, 0);
     assert_eq!(app.usage_events("short").await.len(), 0);
+}
+
+/// A forced compaction of a short history can plan an old part smaller than any summary
+/// (found by the storm test): the summary is no shorter, so nothing is written, and the
+/// answer is `nothing_to_compact`, not an LLM failure that puts the session in backoff.
+#[tokio::test]
+async fn a_forced_compaction_of_a_few_words_is_nothing_to_compact_and_no_failure() {
+    let app = spawn_app_with(&[]).await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append("s", "user", "Hi.", None, None).await;
+    app.append("s", "assistant", "Hello.", None, None).await;
+    app.append("s", "user", &filler(600), None, None).await;
+    app.append("s", "assistant", &filler(600), None, None).await;
+    let before = app.messages("s").await;
+
+    let reply = replied(compact(&app, "s", None).await);
+
+    assert_eq!(
+        (reply.status, reply.reason),
+        (Status::Skipped, Reason::NothingToCompact),
+        "{reply:?}"
+    );
+    assert_eq!(app.llm_requests().await, 1);
+    assert_eq!(app.messages("s").await, before);
+    let failures: i32 = app
+        .db
+        .query("SELECT failures FROM sessions WHERE session_id = 's'")
+        .scalar()
+        .await
+        .unwrap();
+    assert_eq!(failures, 0, "no backoff");
+    // A threshold's compaction is not held back by it.
+    app.append_turns("s", 5).await;
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
 }
 
 /// A compaction the agent asks for because its model refused a call as too long: the

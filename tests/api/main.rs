@@ -47,3 +47,4 @@ mod settings;
 mod skips;
 mod store;
 mod storm;
+mod wall;

@@ -232,6 +232,50 @@ async fn drifted_counters_are_named_by_check_and_fixed_by_repair_only_with_apply
     assert!(!again.contains("s-drifted"), "{again}");
 }
 
+/// A writer that says a screenshot weighs nothing (`block_chars = 0`) hides it from the
+/// thresholds: `check` names the row, `repair` says so, and `repair --apply` weighs it by
+/// the rule, the session's counters with it.
+#[tokio::test]
+async fn blocks_a_writer_left_unweighed_are_named_by_check_and_weighed_by_repair() {
+    let app = spawn_app().await;
+    let screenshot = serde_json::json!({"type": "human", "data": {"content": [
+        {"type": "text", "text": "Look."},
+        {"type": "image", "source_type": "url", "url": "https://example.com/a.png"}
+    ]}});
+    app.db
+        .query(
+            "INSERT INTO messages (session_id, role, content, extra, block_chars)
+             VALUES ('s-image', 'user', 'Look.', $1, 0)",
+        )
+        .bind(screenshot)
+        .execute()
+        .await
+        .unwrap();
+    app.append_turns("s-text", 1).await;
+    assert_eq!(counters(&app, "s-image").await.0, 5);
+
+    let report = app.check().await;
+    let broken: Vec<&str> = report.breaches.iter().map(|b| b.invariant).collect();
+    assert_eq!(broken, ["unweighed_blocks"], "{report}");
+    assert!(report.to_string().contains("s-image: seq"), "{report}");
+
+    let dry = summarizer(&app.database_url, &["repair"]);
+    assert!(
+        dry.contains("1 messages hold blocks that weigh nothing"),
+        "{dry}"
+    );
+    assert_eq!(counters(&app, "s-image").await.0, 5, "dry run");
+
+    let applied = summarizer(&app.database_url, &["repair", "--apply"]);
+    assert!(
+        applied.contains("weighed the blocks of 1 messages"),
+        "{applied}"
+    );
+    assert_eq!(counters(&app, "s-image").await.0, 5 + 6_400);
+    let report = app.check().await;
+    assert!(report.is_clean(), "{report}");
+}
+
 #[tokio::test]
 async fn thousands_of_failures_back_off_for_the_maximum_without_a_store_error() {
     let app = spawn_app_with(&[

@@ -9,7 +9,10 @@
 //! clears them. No LLM is asked.
 //!
 //! A plain function over plain data, like the split planner: which results to clear,
-//! oldest first, until the session would be at or below its keep.
+//! oldest first, until the session would be at or below its keep ([`plan`]); and which
+//! results are too large to stay whatever those rules say ([`evictions`],
+//! `TOOL_OUTPUT_MAX_CHARS`): one huge output among the newest can be the keep alone, and
+//! no summary then brings the session under its threshold.
 
 use std::collections::HashMap;
 
@@ -76,6 +79,125 @@ pub fn placeholder(tool: &str, chars: i64, seq: i64) -> String {
     )
 }
 
+/// How many chars of an evicted result's first lines, and of its last, stay around its
+/// placeholder: enough for a log's header and its final error, little beside the output
+/// that was there.
+pub const EVICTED_ENDS_CHARS: usize = 1_000;
+
+/// The placeholder of an evicted result: [`placeholder`]'s note, between the first and
+/// the last lines of `content` (about [`EVICTED_ENDS_CHARS`] each, whole lines where a
+/// line is shorter).
+pub fn evicted_placeholder(content: &str, tool: &str, chars: i64, seq: i64) -> String {
+    let note = format!(
+        "{PLACEHOLDER_START}: {chars} chars of {tool} output were here, its first and last \
+         lines around this note; recall seq {seq} for the original]"
+    );
+    let lines: Vec<&str> = content.lines().collect();
+    let head = ends(lines.iter().copied(), EVICTED_ENDS_CHARS);
+    // The last lines of those after the first ones: never a line twice.
+    let rest = &lines[head.len().min(lines.len())..];
+    let mut tail = ends(rest.iter().rev().copied(), EVICTED_ENDS_CHARS);
+    tail.reverse();
+    let mut parts: Vec<String> = head;
+    parts.push(note);
+    parts.extend(tail);
+    parts.join("\n")
+}
+
+/// The first `lines` within `budget` chars: whole lines, and the first one cut at the
+/// budget when it alone is longer.
+fn ends<'a>(lines: impl Iterator<Item = &'a str>, budget: usize) -> Vec<String> {
+    let mut taken = Vec::new();
+    let mut used = 0;
+    for line in lines {
+        let n = line.chars().count() + 1;
+        if used + n > budget {
+            if taken.is_empty() {
+                let cut: String = line.chars().take(budget.saturating_sub(1)).collect();
+                taken.push(format!("{cut}…"));
+            }
+            break;
+        }
+        used += n;
+        taken.push(line.to_owned());
+    }
+    taken
+}
+
+/// The tool results of `messages` larger than `max_chars` (`TOOL_OUTPUT_MAX_CHARS`; 0
+/// is none), each with its [`evicted_placeholder`]: whatever `TOOL_OUTPUT_KEEP` and
+/// `TOOL_OUTPUT_CLEARING` say, since a result that large can be the keep alone. Never a
+/// pinned result, one cleared already, or one that answers no call (the history would
+/// not pair); a result whose call still waits for another result is evicted all the
+/// same: it is the newest output that is too large to keep.
+pub fn evictions(messages: &[Message], already: &[bool], max_chars: i64) -> Clearing {
+    if max_chars <= 0
+        || !messages
+            .iter()
+            .any(|m| m.role == Role::Tool && m.chars > max_chars)
+    {
+        return Clearing::default();
+    }
+    let calls = pair_calls(messages);
+    let mut clearing = Clearing::default();
+    for (i, m) in messages.iter().enumerate() {
+        if m.role != Role::Tool
+            || m.chars <= max_chars
+            || m.pinned
+            || already.get(i).copied().unwrap_or(false)
+        {
+            continue;
+        }
+        let Some((_, tool)) = calls.answered.get(&i) else {
+            continue;
+        };
+        let text = evicted_placeholder(&m.content, tool, m.chars, m.seq);
+        let saved = m.chars - char_count(&text);
+        if saved > 0 {
+            clearing.cleared.push(Cleared {
+                index: i,
+                placeholder: text,
+                saved,
+            });
+        }
+    }
+    clearing
+}
+
+/// The largest tool result of `messages` that [`evictions`] could clear: answering a
+/// call, neither pinned nor cleared already (0 when there is none). What
+/// `sessions.largest_output_chars` is set to when the planner refuses a history.
+pub fn largest_evictable(messages: &[Message], already: &[bool]) -> i64 {
+    let calls = pair_calls(messages);
+    messages
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| {
+            m.role == Role::Tool
+                && !m.pinned
+                && !already.get(*i).copied().unwrap_or(false)
+                && calls.answered.contains_key(i)
+        })
+        .map(|(_, m)| m.chars)
+        .max()
+        .unwrap_or(0)
+}
+
+impl Clearing {
+    /// This clearing and `evictions` of the same history: each result once (cleared by
+    /// the rules when both name it: their placeholder is the shorter), oldest first.
+    #[must_use]
+    pub fn with(mut self, evictions: Clearing) -> Self {
+        for evicted in evictions.cleared {
+            if !self.cleared.iter().any(|c| c.index == evicted.index) {
+                self.cleared.push(evicted);
+            }
+        }
+        self.cleared.sort_by_key(|c| c.index);
+        self
+    }
+}
+
 /// Which tool results of `messages` (one session, in `seq` order) to clear, oldest first,
 /// until the session holds at most `target_chars` or none is left. `already[i]` tells
 /// that message `i` was cleared before.
@@ -127,7 +249,9 @@ pub fn plan(messages: &[Message], already: &[bool], rules: &Rules, target_chars:
             continue;
         }
         let text = placeholder(tool, m.chars, m.seq);
-        let saved = char_count(&m.content) - char_count(&text);
+        // What the row weighs goes (its text, and blocks such as a screenshot's), and the
+        // placeholder comes.
+        let saved = m.chars - char_count(&text);
         if saved <= 0 {
             continue;
         }

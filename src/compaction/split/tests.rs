@@ -181,13 +181,13 @@ fn no_human_turn_after_the_first_message_is_no_safe_boundary() {
 }
 
 #[test]
-fn a_session_smaller_than_keep_chars_has_no_boundary() {
+fn a_session_smaller_than_keep_chars_is_within_its_keep() {
     let limits = Limits {
         threshold_chars: 10,
         keep_chars: 1000,
     };
     let s = Session::default().user(20).user(20);
-    assert_eq!(plan(&s.0, limits), Err(Reason::NoSafeBoundary));
+    assert_eq!(plan(&s.0, limits), Err(Reason::WithinKeep));
 }
 
 #[test]

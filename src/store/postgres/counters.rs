@@ -15,7 +15,7 @@ macro_rules! counters_columns_sql {
             "total_chars, message_count::bigint AS message_count,
              human_turns::bigint AS human_turns, last_compaction_id,
              coalesce(retry_at > now(), false) AS backing_off,
-             chars_per_token::float8 AS chars_per_token, ",
+             chars_per_token::float8 AS chars_per_token, largest_output_chars, ",
             remembered_skip_columns_sql!(),
             ", ",
             settings_columns_sql!()

@@ -153,6 +153,13 @@ fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
             I::CountersDrift => return None,
             // A UTF8 database refuses invalid text at the write: nothing to find.
             I::TextNotUtf8 => "SELECT NULL::text, NULL::text WHERE false",
+            I::UnweighedBlocks => {
+                "SELECT session_id, 'seq ' || seq || ': its blocks weigh '
+                        || block_chars_of(extra) || ' chars by the rule, the row says 0'
+                 FROM messages
+                 WHERE extra IS NOT NULL AND coalesce(block_chars, 0) = 0
+                   AND block_chars_of(extra) > 0"
+            }
         })
 }
 
@@ -279,5 +286,21 @@ impl Invariants for PgStore {
             .await?;
         tx.commit().await?;
         Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    /// Sets the unweighed rows' `block_chars` to NULL: the weighing trigger weighs them
+    /// by the rule, and the counters' trigger counts the new weight.
+    ///
+    /// # Errors
+    /// When the database is unreachable; nothing is written then.
+    async fn reweigh_blocks(&self) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "UPDATE messages SET block_chars = NULL
+             WHERE extra IS NOT NULL AND coalesce(block_chars, 0) = 0
+               AND block_chars_of(extra) > 0",
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
     }
 }

@@ -122,7 +122,8 @@ async fn clear_in_place(
         " FROM messages WHERE session_id = $1 AND seq = ANY($2)
          )
          UPDATE messages AS m
-         SET content = p.placeholder, extra = m.extra #- '{data,content}', cleared_by = $3
+         SET content = p.placeholder, extra = m.extra #- '{data,content}', cleared_by = $3,
+             block_chars = NULL
          FROM unnest($2::bigint[], $4::text[]) AS p(seq, placeholder)
          WHERE m.session_id = $1 AND m.seq = p.seq"
     ))
@@ -202,7 +203,7 @@ impl Leases for PgStore {
     /// `keep_chars`, and remembers why: until the counters change, [`Counts::counters`](crate::store::Counts::counters)
     /// answers with the reason and, for the same keep, the worker neither takes the lease
     /// nor loads the history again. Reasons that do not depend on the history alone are
-    /// not remembered (the lease is just released).
+    /// not remembered. The largest evictable output becomes `counted`'s.
     ///
     /// # Errors
     /// When the database is unreachable; the lease then runs out by itself.
@@ -214,16 +215,14 @@ impl Leases for PgStore {
         counted: CountedAt,
         keep_chars: i64,
     ) -> Result<(), StoreError> {
-        if !rememberable(reason) {
-            return self.release_lease(session_id, owner).await;
-        }
         sqlx::query(RELEASE_LEASE_REMEMBERING)
             .bind(session_id)
             .bind(owner)
-            .bind(reason.as_str())
+            .bind(rememberable(reason).then(|| reason.as_str()))
             .bind(counted.total_chars)
             .bind(i32::try_from(counted.message_count).unwrap_or(i32::MAX))
             .bind(keep_chars)
+            .bind(counted.largest_output_chars)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -375,11 +374,15 @@ impl Leases for PgStore {
             clear_in_place(&mut tx, summary, id).await?;
         }
         let Some(first_seq) = first_seq else {
-            sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
-                .bind(summary.session_id)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(concat!(
+                "UPDATE sessions SET last_compaction_id = $2, largest_output_chars = ",
+                largest_output_sql!(),
+                " WHERE session_id = $1"
+            ))
+            .bind(summary.session_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
             return Ok(Committed {
                 compaction_id: id,
@@ -390,15 +393,18 @@ impl Leases for PgStore {
         // and after any system message that preceded the old part. The same statement
         // records the compaction as the session's latest (its row is locked by the fence
         // already), so replies report it from the counters' read.
-        sqlx::query(
+        sqlx::query(concat!(
             "WITH summary AS (
                  INSERT INTO messages (session_id, seq, role, content, is_summary)
                  VALUES ($1, $2, 'user', $3, true)
              )
              UPDATE sessions
-             SET last_compaction_id = $4, chars_per_token = coalesce($5, chars_per_token)
-             WHERE session_id = $1",
-        )
+             SET last_compaction_id = $4, chars_per_token = coalesce($5, chars_per_token),
+                 largest_output_chars = ",
+            largest_output_sql!(),
+            "
+             WHERE session_id = $1"
+        ))
         .bind(summary.session_id)
         .bind(first_seq)
         .bind(summary.text)

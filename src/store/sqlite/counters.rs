@@ -13,7 +13,7 @@ macro_rules! counters_columns_sql {
     () => {
         concat!(
             "sessions.session_id, total_chars, message_count, human_turns, last_compaction_id,
-             coalesce(retry_at > $1, 0) AS backing_off, chars_per_token, ",
+             coalesce(retry_at > $1, 0) AS backing_off, chars_per_token, largest_output_chars, ",
             remembered_skip_columns_sql!(),
             ", ",
             settings_columns_sql!()

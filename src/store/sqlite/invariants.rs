@@ -211,9 +211,43 @@ fn breaches_sql(invariant: Invariant) -> Option<&'static str> {
                      AND json_type(u.metadata, '$.summarization') = 'true'
                      AND json_type(u.metadata, '$.restored_at') IS NULL)"
         }
+        Invariant::UnweighedBlocks => concat!(
+            "SELECT session_id, 'seq ' || seq || ': blocks the rule weighs, the row says 0'
+             FROM messages WHERE ",
+            unweighed_sql!()
+        ),
         Invariant::CountersDrift | Invariant::TextNotUtf8 => return None,
     })
 }
+
+/// The rows whose `block_chars` is 0 though they hold a block the weighing rule charges:
+/// an image, a file, or thinking or reasoning with a payload (the rule is the
+/// `messages_weigh_blocks` trigger's, schema migration 10).
+macro_rules! unweighed_sql {
+    () => {
+        "extra IS NOT NULL AND coalesce(block_chars, 0) = 0 AND (
+             EXISTS (
+                 SELECT 1 FROM json_each(CASE WHEN json_type(extra, '$.data.content') = 'array'
+                                              THEN json_extract(extra, '$.data.content')
+                                              ELSE '[]' END) AS b
+                 WHERE b.type = 'object'
+                   AND json_extract(b.value, '$.type') NOT LIKE '%text'
+                   AND json_extract(b.value, '$.type') NOT IN ('tool_use', 'tool_call',
+                       'tool_call_chunk', 'function_call', 'server_tool_use',
+                       'server_tool_call', 'invalid_tool_call')
+                   AND (json_extract(b.value, '$.type') NOT IN ('thinking', 'redacted_thinking',
+                                                                'reasoning', 'compaction')
+                        OR length(coalesce(json_extract(b.value, '$.thinking'),
+                                           json_extract(b.value, '$.data'),
+                                           json_extract(b.value, '$.encrypted_content'),
+                                           json_extract(b.value, '$.reasoning'),
+                                           json_extract(b.value, '$.text'), '')) > 0))
+             OR length(coalesce(json_extract(extra, '$.data.additional_kwargs.reasoning.encrypted_content'),
+                                json_extract(extra, '$.data.additional_kwargs.reasoning.text'),
+                                '')) > 0)"
+    };
+}
+use unweighed_sql;
 
 /// The text columns of `messages`, in the order [`TEXT_NOT_UTF8_SQL`] reads them.
 const TEXT_COLUMNS: [&str; 6] = [
@@ -362,5 +396,22 @@ impl Invariants for SqliteStore {
         }
         tx.commit().await?;
         Ok(repaired)
+    }
+
+    /// Sets the unweighed rows' `block_chars` to NULL: the weighing trigger weighs them
+    /// by the rule, and the counters' trigger counts the new weight.
+    ///
+    /// # Errors
+    /// When the file cannot be written; nothing is written then.
+    async fn reweigh_blocks(&self) -> Result<u64, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(concat!(
+            "UPDATE messages SET block_chars = NULL WHERE ",
+            unweighed_sql!()
+        ))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
     }
 }

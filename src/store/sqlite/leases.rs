@@ -210,7 +210,8 @@ async fn clear_in_place(
         .await?;
         sqlx::query(
             "UPDATE messages
-             SET content = $3, extra = json_remove(extra, '$.data.content'), cleared_by = $4
+             SET content = $3, extra = json_remove(extra, '$.data.content'), cleared_by = $4,
+                 block_chars = NULL
              WHERE session_id = $1 AND seq = $2",
         )
         .bind(summary.session_id)
@@ -242,11 +243,14 @@ pub(super) async fn write_summary(
     .bind(text)
     .execute(&mut *tx)
     .await?;
-    sqlx::query(
+    sqlx::query(concat!(
         "UPDATE sessions
-         SET last_compaction_id = $2, chars_per_token = coalesce($3, chars_per_token)
-         WHERE session_id = $1",
-    )
+         SET last_compaction_id = $2, chars_per_token = coalesce($3, chars_per_token),
+             largest_output_chars = ",
+        largest_output_sql!(),
+        "
+         WHERE session_id = $1"
+    ))
     .bind(session_id)
     .bind(compaction_id)
     .bind(chars_per_token)
@@ -314,17 +318,15 @@ impl Leases for SqliteStore {
         counted: CountedAt,
         keep_chars: i64,
     ) -> Result<(), StoreError> {
-        if !rememberable(reason) {
-            return self.release_lease(session_id, owner).await;
-        }
         let _turn = self.write_turn().await?;
         sqlx::query(RELEASE_LEASE_REMEMBERING)
             .bind(session_id)
             .bind(owner)
-            .bind(reason.as_str())
+            .bind(rememberable(reason).then(|| reason.as_str()))
             .bind(counted.total_chars)
             .bind(counted.message_count)
             .bind(keep_chars)
+            .bind(counted.largest_output_chars)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -437,11 +439,15 @@ impl Leases for SqliteStore {
                 write_summary(&mut tx, summary.session_id, seq, written, id).await?;
             }
             None => {
-                sqlx::query("UPDATE sessions SET last_compaction_id = $2 WHERE session_id = $1")
-                    .bind(summary.session_id)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
+                sqlx::query(concat!(
+                    "UPDATE sessions SET last_compaction_id = $2, largest_output_chars = ",
+                    largest_output_sql!(),
+                    " WHERE session_id = $1"
+                ))
+                .bind(summary.session_id)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
             }
         }
         tx.commit().await?;

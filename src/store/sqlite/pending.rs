@@ -364,10 +364,14 @@ impl Pending for SqliteStore {
         .await?;
         replace_prefix(&mut tx, session_id, Replaced::Before(cut_seq), id).await?;
         write_summary(&mut tx, session_id, first_seq, (&summary, None), id).await?;
-        sqlx::query("UPDATE sessions SET failures = 0, retry_at = NULL WHERE session_id = $1")
-            .bind(session_id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(concat!(
+            "UPDATE sessions SET failures = 0, retry_at = NULL, largest_output_chars = ",
+            largest_output_sql!(),
+            " WHERE session_id = $1"
+        ))
+        .bind(session_id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(Applied::Compacted {
             compaction_id: id,

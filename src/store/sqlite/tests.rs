@@ -539,7 +539,7 @@ async fn pruning_removes_old_archives_only() {
     assert_eq!(found, vec![]);
 }
 
-const ALL_INVARIANTS: [Invariant; 12] = [
+const ALL_INVARIANTS: [Invariant; 13] = [
     Invariant::DuplicatedMessage,
     Invariant::SeveralSummaries,
     Invariant::MisplacedSummary,
@@ -552,6 +552,7 @@ const ALL_INVARIANTS: [Invariant; 12] = [
     Invariant::SummaryWithoutCompaction,
     Invariant::CountersDrift,
     Invariant::TextNotUtf8,
+    Invariant::UnweighedBlocks,
 ];
 
 /// Found by a review: SQLite fires no delete trigger for a row that INSERT OR REPLACE
