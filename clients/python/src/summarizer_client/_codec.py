@@ -1,8 +1,11 @@
 """LangChain messages to and from rows of the `messages` table, losslessly.
 
 The public columns hold what the worker and plain-SQL agents read: a role, the text
-(content blocks flattened to their text), tool calls as `[{id, name, arguments}]`, the
-`tool_call_id`, and `pinned` (`additional_kwargs["summarizer_pinned"] is True`).
+(content blocks flattened to their text, an Anthropic `compaction` block's included), tool
+calls as `[{id, name, arguments}]`, the `tool_call_id`, `pinned`
+(`additional_kwargs["summarizer_pinned"] is True`), and `block_chars`, the weight of the
+blocks that are not text (images, thinking, reasoning: see `_weight`), which `chars`, and so
+the thresholds, count.
 `external_id` holds the message id; `extra` holds the message type and every other field
 of the message (content blocks when content is a list, name, additional_kwargs (so the
 pin too), response_metadata, ...), from which the message is rebuilt exactly.
@@ -27,6 +30,8 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 from langchain_core.messages.tool import ToolCall
+
+from ._weight import block_chars
 
 #: Ids given on load to rows that have none. A summary's names the compaction in force
 #: when it was loaded, which is how a client tells that its state is out of date.
@@ -71,6 +76,8 @@ class Row:
     external_id: str | None
     extra: dict[str, Any]
     pinned: bool = False
+    #: What the blocks that are not text weigh, in chars (`_weight.block_chars`).
+    block_chars: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +88,7 @@ class Row:
             "external_id": self.external_id,
             "extra": self.extra,
             "pinned": self.pinned,
+            "block_chars": self.block_chars,
         }
 
 
@@ -103,7 +111,12 @@ def fingerprint(message: BaseMessage) -> int:
 
 
 def text_of(content: str | list[str | dict[Any, Any]]) -> str:
-    """The text of a message's content: itself, or its text blocks joined."""
+    """The text of a message's content: itself, or its text blocks joined, with the text
+    of Anthropic's server-side `compaction` blocks (`{"type": "compaction", "content":
+    "..."}`): the provider's own summary of the conversation, which is message text to be
+    summarized, fact-checked and recalled like any other. Opaque items (reasoning,
+    OpenAI's encrypted compaction) hold no text here: they stay in `extra` only, so they
+    are never sent to the worker's LLM."""
     if isinstance(content, str):
         return content
     parts: list[str] = []
@@ -112,6 +125,8 @@ def text_of(content: str | list[str | dict[Any, Any]]) -> str:
             parts.append(block)
         elif isinstance(block.get("text"), str):
             parts.append(block["text"])
+        elif block.get("type") == "compaction" and isinstance(block.get("content"), str):
+            parts.append(block["content"])
     return "\n".join(parts)
 
 
@@ -145,6 +160,7 @@ def to_row(message: BaseMessage) -> Row:
         external_id=message.id,
         extra={"type": message.type, "data": data},
         pinned=is_pinned(message),
+        block_chars=block_chars(data.get("content"), data.get("additional_kwargs")),
     )
 
 

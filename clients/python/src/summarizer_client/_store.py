@@ -4,9 +4,11 @@ a worker on the same host keeps its sessions in (`sqlite:///path/to/file.db`).
 One small interface, `Store`, with one implementation per backend, chosen by the URL's
 scheme. Each backend has its own SQL; the semantics are the same:
 
-- `append_rows` inserts rows (`_codec.Row.as_json()`) in order and returns how many it
-  wrote. A row whose external id the session stores already updates that row when its
-  role, text, tool calls, call id or pin differ (an edit in place mirrored), except on the
+- `append_rows` inserts rows (`_codec.Row.as_json()`) in order, each with its
+  `block_chars` (the weight of its blocks that are not text, which `chars` counts), and
+  returns how many it wrote. A row whose external id the session stores already updates
+  that row when its role, text, tool calls, call id, pin or weight differ (an edit in
+  place mirrored: a screenshot replaced by another, say), except on the
   worker's summaries and rows it named (`summarizer-...`), which are never rewritten. A
   row that matches a message a compaction archived (same id, role, text, tool calls and
   call id) is that message, sent again by a state that has not seen the compaction: it is
@@ -26,7 +28,9 @@ scheme. Each backend has its own SQL; the semantics are the same:
   (a summary's names the compaction in force, see `_codec.summary_compaction`), and
   returns the session's rows in `seq` order, in the same transaction, as the tuples
   `_codec.from_row` takes: (role, content, tool_calls, tool_call_id, is_summary,
-  external_id, extra), JSON columns parsed, `is_summary` a bool.
+  external_id, extra), JSON columns parsed, `is_summary` a bool;
+- `seqs_of` gives the `seq` of the session's live rows with the external ids given: what a
+  clipped tool output's note names, so that the model can recall the original by it.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class Store(Protocol):
 
     async def load_rows(self, session: str) -> list[tuple[Any, ...]]: ...
 
+    async def seqs_of(self, session: str, ids: list[str]) -> dict[str, int]: ...
+
     async def close(self) -> None: ...
 
 
@@ -79,10 +85,10 @@ async def open_store(url: str, timeout: float) -> Store:
 
 _PG_INSERT = """
 INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, external_id, extra,
-                      pinned)
+                      pinned, block_chars)
 SELECT %(session)s, m ->> 'role', m ->> 'content', nullif(m -> 'tool_calls', 'null'),
        m ->> 'tool_call_id', m ->> 'external_id', m -> 'extra',
-       coalesce((m ->> 'pinned')::boolean, false)
+       coalesce((m ->> 'pinned')::boolean, false), (m ->> 'block_chars')::integer
 FROM jsonb_array_elements(%(rows)s) WITH ORDINALITY AS r (m, n)
 WHERE m ->> 'external_id' IS NULL OR NOT EXISTS (
     SELECT 1 FROM archived_messages a
@@ -95,6 +101,7 @@ ORDER BY n
 ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
 SET role = excluded.role, content = excluded.content, tool_calls = excluded.tool_calls,
     tool_call_id = excluded.tool_call_id, extra = excluded.extra, pinned = excluded.pinned,
+    block_chars = excluded.block_chars,
     cleared_by = CASE
         WHEN (messages.role, messages.content, messages.tool_calls, messages.tool_call_id)
              IS DISTINCT FROM (excluded.role, excluded.content, excluded.tool_calls,
@@ -102,9 +109,9 @@ SET role = excluded.role, content = excluded.content, tool_calls = excluded.tool
         THEN NULL ELSE messages.cleared_by END
 WHERE NOT messages.is_summary AND substr(messages.external_id, 1, 11) <> 'summarizer-'
   AND (messages.role, messages.content, messages.tool_calls, messages.tool_call_id,
-       messages.pinned)
+       messages.pinned, messages.block_chars)
       IS DISTINCT FROM (excluded.role, excluded.content, excluded.tool_calls,
-                        excluded.tool_call_id, excluded.pinned)
+                        excluded.tool_call_id, excluded.pinned, excluded.block_chars)
 """
 
 _PG_REMOVE = """
@@ -131,6 +138,12 @@ SELECT m.role, m.content, m.tool_calls, m.tool_call_id, m.is_summary,
 FROM messages m LEFT JOIN tagged t ON t.seq = m.seq
 WHERE m.session_id = %(session)s
 ORDER BY m.seq
+"""
+
+
+_PG_SEQS = """
+SELECT external_id, seq FROM messages
+WHERE session_id = %(session)s AND external_id = ANY (%(ids)s)
 """
 
 
@@ -172,6 +185,11 @@ class PostgresStore:
             cursor = await conn.execute(_PG_LOAD, {"session": session})
             return await cursor.fetchall()
 
+    async def seqs_of(self, session: str, ids: list[str]) -> dict[str, int]:
+        async with self._pool.connection(timeout=self._timeout) as conn:
+            cursor = await conn.execute(_PG_SEQS, {"session": session, "ids": ids})
+            return {str(external_id): int(seq) for external_id, seq in await cursor.fetchall()}
+
     async def close(self) -> None:
         await self._pool.close()
 
@@ -184,11 +202,11 @@ class PostgresStore:
 # string holding its JSON text (see SqliteStore.append_rows).
 _SQLITE_INSERT = """
 INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, external_id, extra,
-                      pinned)
+                      pinned, block_chars)
 SELECT :session, json_extract(r.value, '$.role'), json_extract(r.value, '$.content'),
        json_extract(r.value, '$.tool_calls'), json_extract(r.value, '$.tool_call_id'),
        json_extract(r.value, '$.external_id'), json_extract(r.value, '$.extra'),
-       coalesce(json_extract(r.value, '$.pinned'), 0)
+       coalesce(json_extract(r.value, '$.pinned'), 0), json_extract(r.value, '$.block_chars')
 FROM json_each(:rows) AS r
 WHERE json_extract(r.value, '$.external_id') IS NULL OR NOT EXISTS (
     SELECT 1 FROM archived_messages a
@@ -202,6 +220,7 @@ ORDER BY r.key
 ON CONFLICT (session_id, external_id) WHERE external_id IS NOT NULL DO UPDATE
 SET role = excluded.role, content = excluded.content, tool_calls = excluded.tool_calls,
     tool_call_id = excluded.tool_call_id, extra = excluded.extra, pinned = excluded.pinned,
+    block_chars = excluded.block_chars,
     cleared_by = CASE
         WHEN messages.role IS NOT excluded.role OR messages.content IS NOT excluded.content
              OR messages.tool_calls IS NOT excluded.tool_calls
@@ -211,7 +230,8 @@ WHERE NOT messages.is_summary AND substr(messages.external_id, 1, 11) <> 'summar
   AND (messages.role IS NOT excluded.role OR messages.content IS NOT excluded.content
        OR messages.tool_calls IS NOT excluded.tool_calls
        OR messages.tool_call_id IS NOT excluded.tool_call_id
-       OR messages.pinned IS NOT excluded.pinned)
+       OR messages.pinned IS NOT excluded.pinned
+       OR messages.block_chars IS NOT excluded.block_chars)
 """
 
 _SQLITE_REMOVE = """
@@ -235,6 +255,11 @@ WHERE session_id = :session AND external_id IS NULL
 _SQLITE_SELECT = """
 SELECT role, content, tool_calls, tool_call_id, is_summary, external_id, extra
 FROM messages WHERE session_id = :session ORDER BY seq
+"""
+
+_SQLITE_SEQS = """
+SELECT external_id, seq FROM messages
+WHERE session_id = :session AND external_id IN (SELECT value FROM json_each(:ids))
 """
 
 # Writes nothing; fails on a file this process cannot write, or has no schema yet (the
@@ -322,6 +347,9 @@ class SqliteStore:
     async def load_rows(self, session: str) -> list[tuple[Any, ...]]:
         return await _on(self._executor, self._load, session)
 
+    async def seqs_of(self, session: str, ids: list[str]) -> dict[str, int]:
+        return await _on(self._executor, self._seqs, session, json.dumps(ids))
+
     async def close(self) -> None:
         try:
             await _on(self._executor, self._conn.close)
@@ -338,6 +366,10 @@ class SqliteStore:
     def _remove(self, session: str, ids: str) -> list[str]:
         rows = self._conn.execute(_SQLITE_REMOVE, {"session": session, "ids": ids}).fetchall()
         return [str(row[0]) for row in rows]
+
+    def _seqs(self, session: str, ids: str) -> dict[str, int]:
+        rows = self._conn.execute(_SQLITE_SEQS, {"session": session, "ids": ids}).fetchall()
+        return {str(external_id): int(seq) for external_id, seq in rows}
 
     def _load(self, session: str) -> list[tuple[Any, ...]]:
         conn = self._conn

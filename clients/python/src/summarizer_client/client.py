@@ -65,7 +65,8 @@ class Decision:
     `reason` is the reply's reason, or why there was none: `timeout`, `no_responders`
     (no worker running) or `transport_error` (NATS or the database unreachable, an
     unreadable reply, or any error in this package) -- the same strings as the Rust
-    `TurnClient`.
+    `TurnClient`; and `not_overflow` from `maybe_summarize(..., overflow=error)` for an
+    error that is not a context overflow.
     """
 
     compacted: bool
@@ -202,6 +203,7 @@ class SummarizerClient:
         keep_chars: int | None = None,
         timeout: float | None = None,
         instructions_from: InstructionsFrom = "operator",
+        overflow: bool = False,
     ) -> Decision:
         """Compacts `session_id` now, even below its threshold (`"force": true`), as a
         turn over its threshold would be: its older part is summarized, keeping at least
@@ -215,17 +217,26 @@ class SummarizerClient:
 
         Waits at most `timeout` seconds for the reply, by default the client's `timeout`
         but at least 2 minutes: the worker calls an LLM. The other skip rules hold: the
-        decision's reason may be `too_few_turns`, `no_safe_boundary`,
-        `nothing_to_compact`, `backing_off`, `disabled`, or `in_progress` (another
-        worker is compacting the session). Like `turn_starting` it never raises for the
+        decision's reason may be `too_few_turns`, `within_keep` (the whole history fits
+        the keep: the reply's `session_chars` and `keep_chars` say by how much; ask
+        again with a smaller `keep_chars`), `no_safe_boundary`, `nothing_to_compact`,
+        `backing_off`, `disabled`, or `in_progress` (another worker is compacting the
+        session). Like `turn_starting` it never raises for the
         fleet's sake: a timeout, no worker or a transport failure is a decision without
         a reply, and a request the worker refuses is reason `invalid_request` (the
         reply's `message` says why); a compaction that commits after the timeout is
         picked up by the next turn as any late one is. Raises `ValueError` only for
         `instructions` longer than 4,000 chars or an `instructions_from` other than
-        `"agent"` or `"operator"`."""
+        `"agent"` or `"operator"`.
+
+        `overflow=True` says the compaction answers a model call the provider refused as
+        too long (`"overflow": true`): the usage event and the worker's metrics count it
+        apart. `SummarizerMiddleware` and `maybe_summarize(..., overflow=error)` send it
+        for you; pass it when you compact after a context overflow yourself."""
         return await self._loop.run(
-            self._compact(session_id, instructions, keep_chars, timeout, instructions_from)
+            self._compact(
+                session_id, instructions, keep_chars, timeout, instructions_from, overflow
+            )
         )
 
     def compact_sync(
@@ -236,10 +247,13 @@ class SummarizerClient:
         keep_chars: int | None = None,
         timeout: float | None = None,
         instructions_from: InstructionsFrom = "operator",
+        overflow: bool = False,
     ) -> Decision:
         """`compact` for sync programs: blocks until the worker answers or the wait ends."""
         return self._loop.run_sync(
-            self._compact(session_id, instructions, keep_chars, timeout, instructions_from)
+            self._compact(
+                session_id, instructions, keep_chars, timeout, instructions_from, overflow
+            )
         )
 
     def _compact_wait(self, timeout: float | None) -> float:
@@ -447,6 +461,7 @@ class SummarizerClient:
         keep_chars: int | None,
         timeout: float | None,
         instructions_from: InstructionsFrom = "operator",
+        overflow: bool = False,
     ) -> Decision:
         if instructions_from not in INSTRUCTIONS_FROM:
             raise ValueError(
@@ -466,6 +481,8 @@ class SummarizerClient:
             fields["instructions"] = instructions
         if keep_chars is not None:
             fields["keep_chars"] = keep_chars
+        if overflow:
+            fields["overflow"] = True
         return await self._ask(session_id, fields, self._compact_wait(timeout))
 
     async def _ask(self, session_id: str, fields: dict[str, Any], timeout: float) -> Decision:
@@ -607,6 +624,13 @@ class SummarizerClient:
             return []
         await self._ensure_connected()
         return await self._require_store().remove_rows(session_id, message_ids)
+
+    async def _seqs_of(self, session_id: str, message_ids: list[str]) -> dict[str, int]:
+        """The seqs of the session's live rows of these message ids (those stored)."""
+        if not message_ids:
+            return {}
+        await self._ensure_connected()
+        return await self._require_store().seqs_of(session_id, message_ids)
 
     async def _load(self, session_id: str) -> list[BaseMessage]:
         from ._codec import from_row

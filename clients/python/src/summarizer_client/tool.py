@@ -182,6 +182,7 @@ _NOT_COMPACTED_NO_SESSION = (
 _NOT_COMPACTED = {
     "below_threshold": "the conversation is small enough as it is",
     "too_few_turns": "fewer than two user turns so far, too little to summarize",
+    "within_keep": "the whole conversation is within what a compaction keeps as it is",
     "no_safe_boundary": "no place to cut that keeps every tool call with its result",
     "nothing_to_compact": "only an earlier summary is old enough to compact",
     "unknown_session": "nothing of this conversation is stored yet",
