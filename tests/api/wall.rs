@@ -305,3 +305,132 @@ async fn blocks_that_are_not_text_weigh_in_the_sessions_size() {
     assert_eq!(app.messages("s").await, before);
     assert!(app.check().await.is_clean());
 }
+
+// Where eviction meets the rest: edits, pins, restore, recall and odd shapes.
+
+#[tokio::test]
+async fn an_output_edited_past_the_maximum_is_evicted_by_the_next_turn() {
+    let app = spawn_app_with(&[("SUMMARIZATION_THRESHOLD_CHARS", "300000")]).await;
+    app.append("s", "user", "Read the config.", None, None)
+        .await;
+    tool_step(&app, "s", "c", "read_config", "port=8080").await;
+    assert_eq!(app.turn_starting("s").await.reason, Reason::BelowThreshold);
+    app.db
+        .query("UPDATE messages SET content = $1 WHERE session_id = 's' AND role = 'tool'")
+        .bind(log(400))
+        .execute()
+        .await
+        .unwrap();
+    assert!(largest_output(&app, "s").await > 20_000);
+    let reply = app.turn_starting("s").await;
+    assert_eq!(
+        (reply.status, reply.tool_outputs_cleared),
+        (Status::Compacted, Some(1)),
+        "{reply:?}"
+    );
+    assert!(app.check().await.is_clean(), "{}", app.check().await);
+}
+
+#[tokio::test]
+async fn a_pinned_then_unpinned_output_is_evicted_by_the_next_turn() {
+    let app = spawn_app_with(&[("SUMMARIZATION_THRESHOLD_CHARS", "300000")]).await;
+    app.append("s", "user", "Read the config.", None, None)
+        .await;
+    tool_step(&app, "s", "big", "read_config", &log(400)).await;
+    app.db
+        .query("UPDATE messages SET pinned = true WHERE session_id = 's' AND role = 'tool'")
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(app.turn_starting("s").await.reason, Reason::BelowThreshold);
+    assert_eq!(largest_output(&app, "s").await, 0);
+    app.db
+        .query("UPDATE messages SET pinned = false WHERE session_id = 's' AND role = 'tool'")
+        .execute()
+        .await
+        .unwrap();
+    assert!(largest_output(&app, "s").await > 20_000);
+    let reply = app.turn_starting("s").await;
+    assert_eq!(
+        (reply.status, reply.tool_outputs_cleared),
+        (Status::Compacted, Some(1)),
+        "{reply:?}"
+    );
+    assert!(app.check().await.is_clean(), "{}", app.check().await);
+}
+
+#[tokio::test]
+async fn restore_and_recall_after_an_eviction_put_everything_back() {
+    let app = spawn_app_with(&[("SUMMARIZATION_THRESHOLD_CHARS", "300000")]).await;
+    app.append("s", "user", "Read the config.", None, None)
+        .await;
+    let calls = json!([{"id": "big", "name": "screenshot_logs", "arguments": {}}]);
+    app.append("s", "assistant", "", Some(calls), None).await;
+    let extra = json!({"type": "tool", "data": {"content": [
+        {"type": "text", "text": log(400)},
+        {"type": "image", "source_type": "url", "url": "https://example.com/x.png"}
+    ]}});
+    app.db
+        .query(
+            "INSERT INTO messages (session_id, role, content, tool_call_id, extra, block_chars)
+             VALUES ('s', 'tool', $1, 'big', $2, 777)",
+        )
+        .bind(log(400))
+        .bind(extra.clone())
+        .execute()
+        .await
+        .unwrap();
+    let before = app.messages("s").await;
+    let weights = || async {
+        app.db
+            .query("SELECT CAST(coalesce(block_chars, -1) AS BIGINT) FROM messages WHERE session_id = 's' ORDER BY seq")
+            .fetch_all::<(i64,)>()
+            .await
+            .unwrap()
+    };
+    let weights_before = weights().await;
+    let reply = app.turn_starting("s").await;
+    assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+    let evicted = app.messages("s").await[2].clone();
+    assert!(app.check().await.is_clean(), "{}", app.check().await);
+    // Recall finds a line from the middle of the log.
+    let found = app
+        .recall
+        .search("s", "line 200", 5, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(found.iter().any(|r| r.seq == evicted.seq), "{found:?}");
+    app.store.restore("s", None).await.unwrap();
+    assert_eq!(app.messages("s").await, before);
+    assert_eq!(weights().await, weights_before);
+    assert!(app.check().await.is_clean(), "{}", app.check().await);
+}
+
+#[tokio::test]
+async fn odd_shapes_are_evicted_with_their_ends() {
+    let app = spawn_app_with(&[("SUMMARIZATION_THRESHOLD_CHARS", "30000000")]).await;
+    // One line of 5 MB, no newline; multibyte chars at every cut; CRLF lines.
+    let one_line: String = "é€😀a".chars().cycle().take(5_000_000).collect();
+    let crlf = (0..3000)
+        .map(|n| format!("ligne {n} é€😀 {}", filler(20)))
+        .collect::<Vec<_>>()
+        .join("\r\n");
+    for (i, output) in [one_line, crlf].iter().enumerate() {
+        let session = format!("s{i}");
+        app.append(&session, "user", "Read it.", None, None).await;
+        tool_step(&app, &session, "big", "read", output).await;
+        let reply = app.turn_starting_large(&session).await;
+        assert_eq!(reply.status, Status::Compacted, "{reply:?}");
+        let row = app.messages(&session).await[2].clone();
+        assert!(row.chars < 2_500, "{}", row.chars);
+        let fetched = app
+            .recall
+            .fetch(&session, &[row.seq], Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(!fetched.is_empty());
+        app.store.restore(&session, None).await.unwrap();
+        assert_eq!(app.messages(&session).await[2].content.as_deref(), Some(output.as_str()));
+    }
+    assert!(app.check().await.is_clean(), "{}", app.check().await);
+}
