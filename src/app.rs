@@ -87,6 +87,7 @@ impl Application {
             failure_backoff: settings.failure_backoff,
             failure_backoff_max: settings.failure_backoff_max,
             summary_max_chars: i64::try_from(settings.llm.summary_max_chars).unwrap_or(i64::MAX),
+            user_words_chars: settings.llm.user_words_chars,
             fact_check: settings.fact_check,
             llm_deadline: settings.llm.deadline,
             concurrency: settings.concurrency,

@@ -10,7 +10,7 @@
 //! a compaction better and never worse.
 
 use crate::config::{FactCheck, FactCheckMode};
-use crate::facts::{FactSet, Recall};
+use crate::facts::{FactSet, Recall, Weighing};
 use crate::prompt::MAX_LISTED_FACT_CHARS;
 use crate::summary::Summary;
 
@@ -46,7 +46,8 @@ impl RetryOutcome {
 }
 
 /// What the usage event records of the fact check (`facts_total`, `facts_kept`,
-/// `facts_stated`, `fact_retry`, `fact_retry_outcome`): the kept summary's figures.
+/// `facts_stated`, `fact_retry`, `fact_retry_outcome`, and why `facts_total` were
+/// weighed: `facts_seen`, `facts_said`, `facts_relied_on`): the kept summary's figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Figures {
     pub total: usize,
@@ -56,15 +57,18 @@ pub struct Figures {
     pub stated: usize,
     /// `None` when no second attempt was made.
     pub retry: Option<RetryOutcome>,
+    /// Why `total` identifiers were weighed of those the old part holds.
+    pub weighing: Weighing,
 }
 
 impl Figures {
-    pub fn of(recall: &Recall, retry: Option<RetryOutcome>) -> Self {
+    pub fn of(recall: &Recall, retry: Option<RetryOutcome>, weighing: Weighing) -> Self {
         Self {
             total: recall.total,
             kept: recall.kept,
             stated: recall.stated,
             retry,
+            weighing,
         }
     }
 }
@@ -232,14 +236,20 @@ mod tests {
 
     #[test]
     fn figures_are_the_kept_summarys() {
-        let figures = Figures::of(&recall(12, 9), Some(RetryOutcome::Improved));
+        let weighing = Weighing {
+            seen: 40,
+            said: 9,
+            relied_on: 3,
+        };
+        let figures = Figures::of(&recall(12, 9), Some(RetryOutcome::Improved), weighing);
         assert_eq!(
             figures,
             Figures {
                 total: 12,
                 kept: 10,
                 stated: 9,
-                retry: Some(RetryOutcome::Improved)
+                retry: Some(RetryOutcome::Improved),
+                weighing,
             }
         );
         assert_eq!(RetryOutcome::NotImproved.as_str(), "not_improved");

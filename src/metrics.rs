@@ -32,6 +32,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    rule: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
 }
@@ -66,6 +71,7 @@ pub struct Metrics {
     chars_cleared: Counter,
     fact_recall: Histogram,
     fact_retries: Family<OutcomeLabels, Counter>,
+    answers_refused: Family<RuleLabels, Counter>,
     precomputes_started: Counter,
     precomputes_finished: Family<OutcomeLabels, Counter>,
     precomputes_used: Counter,
@@ -104,6 +110,7 @@ impl Metrics {
         let chars_cleared = Counter::default();
         let fact_recall = Histogram::new(RECALL_BUCKETS);
         let fact_retries = Family::<OutcomeLabels, Counter>::default();
+        let answers_refused = Family::<RuleLabels, Counter>::default();
         let precomputes_started = Counter::default();
         let precomputes_finished = Family::<OutcomeLabels, Counter>::default();
         let precomputes_used = Counter::default();
@@ -175,6 +182,11 @@ impl Metrics {
             "fact_retries",
             "Second attempts at a summary that lost identifiers, by outcome",
             fact_retries.clone(),
+        );
+        r.register(
+            "answers_refused",
+            "LLM answers not written as a summary, by the rule they broke (docs/compaction.md, \"The acceptance gate\")",
+            answers_refused.clone(),
         );
         r.register(
             "precomputes_started",
@@ -265,6 +277,7 @@ impl Metrics {
             chars_cleared,
             fact_recall,
             fact_retries,
+            answers_refused,
             precomputes_started,
             precomputes_finished,
             precomputes_used,
@@ -332,6 +345,13 @@ impl Metrics {
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.as_str(),
             })
+            .inc();
+    }
+
+    /// Counts an LLM answer the acceptance gate refused, by the rule it broke.
+    pub fn answer_refused(&self, rule: &'static str) {
+        self.answers_refused
+            .get_or_create(&RuleLabels { rule })
             .inc();
     }
 

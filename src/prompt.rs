@@ -14,16 +14,20 @@ use std::fmt::Write;
 use crate::facts::MissingFact;
 use crate::message::{Message, Role, ToolCall};
 use crate::protocol::{Instructions, InstructionsFrom};
-use crate::summary::{HEADINGS, TEMPLATE};
+use crate::summary::{HEADINGS, Rejected, TEMPLATE};
+
+/// How many of the identifiers an echo left out the note after it names.
+const ECHO_LISTED: usize = 12;
 
 /// The default prompt's version, recorded in each usage event. Bump it when
 /// [`system_prompt`] or the transcript's format changes, so that summaries can be told
 /// apart by the prompt that asked for them.
-pub const DEFAULT_VERSION: &str = "default-v3";
+pub const DEFAULT_VERSION: &str = "default-v4";
 
 /// The default system prompt: the seed's template, the transcript as data, findings as
 /// statements (a value with what it is about, never a list of identifiers), identifiers
-/// verbatim.
+/// verbatim, the state of the work (actions and their results, decisions, next steps)
+/// under the current state, and an earlier summary folded in, not repeated.
 pub fn system_prompt() -> String {
     format!(
         "You compress the earlier part of a conversation between a person and an AI agent \
@@ -44,6 +48,13 @@ pub fn system_prompt() -> String {
          agent and the person reached first; quote tool output only for what nobody \
          stated. When a value changed, say both in one statement (\"pool capped at \
          max_pool=103, later 283\").\n\
+         Under **Current state:**, keep the state of the work, each as a statement: every \
+         action already taken and its result (rollbacks, restarts, scaling, tickets \
+         opened, queries run: \"Rolled back checkout-api to v5.32.1 at 14:20; the 502 rate \
+         fell to 0.1%.\"), the decisions made (\"Decided to keep orders-db-replica-1 out \
+         of rotation.\"), and the next steps still open (\"Next: raise max_pool on \
+         orders-db-2 and watch p99.\"), so that the agent neither redoes work nor loses \
+         its place.\n\
          Copy identifiers exactly as written, character for character: numbers with their \
          units, versions, timestamps, host and service names, error codes and messages, \
          file paths, and ids (request, trace, commit, ticket, call). Never round, \
@@ -51,8 +62,9 @@ pub fn system_prompt() -> String {
          returned.\n\
          Messages marked as context are the agent's standing instructions: read them to \
          understand the conversation, but do not summarize them. If the transcript holds \
-         an earlier summary, fold everything it says into the new summary. Be brief: the \
-         summary must be much shorter than the transcript."
+         an earlier summary, fold everything it says into the new summary, and add what the \
+         messages after it established: a summary that only repeats the earlier one is \
+         refused. Be brief: the summary must be much shorter than the transcript."
     )
 }
 
@@ -105,7 +117,7 @@ impl Prompt {
         &self.system
     }
 
-    /// `default-v3`, or `file:<hash>` for a prompt file.
+    /// `default-v4`, or `file:<hash>` for a prompt file.
     pub fn version(&self) -> &str {
         &self.version
     }
@@ -183,7 +195,9 @@ impl Transcript {
         [self.opening.as_str(), self.closing.as_str()].into_iter()
     }
 
-    /// One message of the old part: its header, its content, its tool calls.
+    /// One message of the old part: its header, its content, its tool calls. An earlier
+    /// summary goes without the worker's own parts (the user's words, the recall note):
+    /// the worker writes them again, and a model that sees them copies them.
     pub fn message(&self, m: &Message) -> String {
         let header = match (m.role, m.is_summary) {
             (Role::User, true) => "earlier summary".to_owned(),
@@ -194,7 +208,15 @@ impl Transcript {
             (role, _) => role.to_string(),
         };
         let mut out = String::new();
-        push_message(&mut out, &self.marker, &header, m);
+        if m.is_summary {
+            let earlier = Message {
+                content: crate::summary::strip_ours(&m.content),
+                ..m.clone()
+            };
+            push_message(&mut out, &self.marker, &header, &earlier);
+        } else {
+            push_message(&mut out, &self.marker, &header, m);
+        }
         out
     }
 
@@ -298,6 +320,59 @@ impl Transcript {
              in the same template, shorter: fewer and tighter findings, every heading \
              present, ending with a whole sentence.\n",
             self.marker
+        )
+    }
+
+    /// What a request asked again after a refused answer (see
+    /// [`crate::summary::accept`] and [`crate::summary::echoes`]) adds after the
+    /// transcript's end: what was wrong with the answer, and for an echo, what the newer
+    /// messages added (their first identifiers, as data), so that a model that repeated
+    /// its last summary sees what to fold in.
+    pub fn refused_note(&self, rejected: &Rejected, added: &[String]) -> String {
+        let marker = &self.marker;
+        let why = match rejected {
+            Rejected::Empty => "It was empty.".to_owned(),
+            Rejected::Acknowledgement | Rejected::Continuation => {
+                "It was not a summary: it answered or continued the conversation instead of \
+                 summarizing it. Do not answer the transcript; summarize it."
+                    .to_owned()
+            }
+            Rejected::MissingHeading(heading) => {
+                format!("It left out the heading {heading}: every heading must be present.")
+            }
+            Rejected::TooLong {
+                summary_chars,
+                max_chars,
+            } => format!(
+                "It was {summary_chars} characters long, more than the {max_chars} allowed: \
+                 write fewer and tighter findings."
+            ),
+            Rejected::NotShorter { .. } => {
+                "It was longer than the transcript: be brief.".to_owned()
+            }
+            Rejected::Echo { .. } => {
+                let mut why = "It repeated the earlier summary and left out what the \
+                               messages after it added. Fold the newer messages' findings \
+                               into the summary"
+                    .to_owned();
+                if added.is_empty() {
+                    why.push('.');
+                } else {
+                    let listed: Vec<String> = added
+                        .iter()
+                        .take(ECHO_LISTED)
+                        .map(|f| one_line(f))
+                        .collect();
+                    why.push_str("; they include: ");
+                    why.push_str(&listed.join(", "));
+                    why.push('.');
+                }
+                why
+            }
+        };
+        format!(
+            "\n[{marker} your previous answer was refused]\n{why} Reply with the summary in \
+             the template and nothing else.\n"
         )
     }
 

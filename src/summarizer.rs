@@ -42,9 +42,25 @@ pub enum LlmError {
     /// (see `chunked`), before it is a failure.
     #[error("the answer was cut off at the output limit: {0}")]
     Truncated(String),
+    /// The answer, asked for twice, was not a summary the worker writes: the rule the
+    /// last one broke (see [`crate::summary::accept`] and [`crate::summary::echoes`]),
+    /// and the usage of every answer, which was paid for all the same.
+    #[error("the answer was refused twice ({rule}): {rejected}", rule = rejected.rule())]
+    Refused {
+        rejected: crate::summary::Rejected,
+        paid: Box<crate::summary::Summary>,
+    },
 }
 
 impl LlmError {
+    /// The usage of the answers that came before the error, when it holds them.
+    pub fn paid(&self) -> Option<&crate::summary::Summary> {
+        match self {
+            Self::Refused { paid, .. } => Some(paid),
+            _ => None,
+        }
+    }
+
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Transient { .. })
     }
@@ -64,6 +80,7 @@ impl LlmError {
             Self::Invalid(_) => "invalid_response",
             Self::ContextLength(_) => "context_length",
             Self::Truncated(_) => "truncated",
+            Self::Refused { .. } => "refused",
         }
     }
 }

@@ -75,6 +75,9 @@ pub struct Record<'a> {
     pub prompt_version: Option<&'a str>,
     /// Why the fallback summarizer wrote it, when it did (`LLM_FALLBACK`).
     pub fallback_reason: Option<&'a str>,
+    /// The rules the answers before the written one broke (the acceptance gate asked
+    /// again): `refused_answers` in the metadata.
+    pub refused: &'a [&'static str],
     pub messages_kept: i64,
     /// The tokenizer's count of the removed part, and of the summary.
     pub tokens_removed: i64,
@@ -128,6 +131,7 @@ impl<'a> Record<'a> {
             completion_tokens: summary.and_then(|s| s.completion_tokens),
             prompt_version: summary.and_then(|s| s.prompt_version.as_deref()),
             fallback_reason: summary.and_then(|s| s.fallback_reason.as_deref()),
+            refused: summary.map_or(&[], |s| s.refused.as_slice()),
             messages_kept: plan.messages_kept,
             tokens_removed: if written.is_some() {
                 plan.tokens_removed
@@ -166,10 +170,16 @@ impl<'a> Record<'a> {
         if let Some(model) = self.requested_model {
             metadata["requested_model"] = json!(model);
         }
+        if !self.refused.is_empty() {
+            metadata["refused_answers"] = json!(self.refused);
+        }
         if let Some(facts) = &self.facts {
             metadata["facts_total"] = json!(facts.total);
             metadata["facts_kept"] = json!(facts.kept);
             metadata["facts_stated"] = json!(facts.stated);
+            metadata["facts_seen"] = json!(facts.weighing.seen);
+            metadata["facts_said"] = json!(facts.weighing.said);
+            metadata["facts_relied_on"] = json!(facts.weighing.relied_on);
             metadata["fact_retry"] = json!(facts.retry.is_some());
             if let Some(outcome) = facts.retry {
                 metadata["fact_retry_outcome"] = json!(outcome.as_str());

@@ -223,6 +223,9 @@ pub struct LlmSettings {
     /// The longest summary accepted (chars); the model is asked for at most a third of
     /// it in tokens.
     pub summary_max_chars: usize,
+    /// `SUMMARY_USER_WORDS_CHARS`: the most of the user's own words (rules, the task)
+    /// the worker quotes after a summary; 0 quotes none (see `summary::words`).
+    pub user_words_chars: usize,
 }
 
 /// `LLM_FALLBACK`: what summarizes a session whose LLM summarization failed.
@@ -276,6 +279,7 @@ impl fmt::Debug for LlmSettings {
             .field("prompt_version", &self.prompt.version())
             .field("max_input_tokens", &self.max_input_tokens)
             .field("summary_max_chars", &self.summary_max_chars)
+            .field("user_words_chars", &self.user_words_chars)
             .finish()
     }
 }
@@ -316,6 +320,7 @@ impl LlmSettings {
             prompt,
             max_input_tokens: raw.positive(&LLM_MAX_INPUT_TOKENS)?,
             summary_max_chars: raw.positive(&SUMMARY_MAX_CHARS)?,
+            user_words_chars: raw.parse(&SUMMARY_USER_WORDS_CHARS)?,
         };
         Ok(llm)
     }

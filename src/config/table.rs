@@ -372,6 +372,13 @@ pub const SUMMARY_MAX_CHARS: Setting = setting(
     Plain,
     |s| s.llm.summary_max_chars.to_string(),
 );
+pub const SUMMARY_USER_WORDS_CHARS: Setting = setting(
+    "SUMMARY_USER_WORDS_CHARS",
+    "1500",
+    "the most chars the user wrote (standing rules, the task) quoted verbatim after each summary; 0: none",
+    Plain,
+    |s| s.llm.user_words_chars.to_string(),
+);
 pub const SUMMARY_FACT_CHECK: Setting = setting(
     "SUMMARY_FACT_CHECK",
     "retry",
@@ -530,6 +537,7 @@ pub const SETTINGS: &[Setting] = &[
     SUMMARY_PROMPT_FILE,
     LLM_MAX_INPUT_TOKENS,
     SUMMARY_MAX_CHARS,
+    SUMMARY_USER_WORDS_CHARS,
     SUMMARY_FACT_CHECK,
     SUMMARY_MIN_FACT_RECALL,
     SUMMARIZATION_PRECOMPUTE_AT,

@@ -6,6 +6,11 @@
 //! rolled out / v5.33.0), planted where an investigation states them (the agent's
 //! conclusion, the human's remark, a decisive tool line), with distractors in tool
 //! output (the same subject with another value, another subject with a similar one).
+//! A statement's `kind` says what it records: a `finding` (the default), or the task
+//! state an agent must not lose: an `action` it took with its result, a `decision`, a
+//! `next_step` still open. A phase's `rules` are the user's standing rules and task in
+//! their own words (`"Never restart orders-db without asking me first."`), each written
+//! verbatim in one of the phase's `user` messages.
 //!
 //! A script is JSON. A message is one object with one of `user`, `assistant` or `tool`;
 //! an assistant message's `calls` (`{name, args}`) are answered by the `tool` messages
@@ -16,7 +21,7 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::message::{Message, Role, char_count};
@@ -41,6 +46,11 @@ pub struct PhaseScript {
     /// measured by its identifiers alone.
     #[serde(default)]
     pub statements: Vec<StatementScript>,
+    /// The user's standing rules and task in their own words, each written verbatim in
+    /// a `user` message of this phase: what the agent must keep obeying, measured word
+    /// for word.
+    #[serde(default)]
+    pub rules: Vec<String>,
     pub messages: Vec<Step>,
 }
 
@@ -54,6 +64,45 @@ pub struct StatementScript {
     pub aliases: Vec<String>,
     pub relation: String,
     pub value: String,
+    /// What the statement records: a finding unless said otherwise.
+    #[serde(default)]
+    pub kind: Kind,
+}
+
+/// What a planted statement records: what the investigation found, or its task state
+/// (what was done, what was decided, what comes next).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// What the investigation established ("pg-primary-1 runs with max_connections=500").
+    #[default]
+    Finding,
+    /// What the agent did, with its result ("I rolled back checkout-api to v5.32.1 at
+    /// 14:20; the 502 rate fell to 0.1%").
+    Action,
+    /// What was decided ("We decided to keep the replica out of rotation").
+    Decision,
+    /// What comes next and is not done yet ("Next: raise max_pool to 200").
+    NextStep,
+}
+
+impl Kind {
+    /// Every kind, in the order reports give them.
+    pub const ALL: [Kind; 4] = [Kind::Finding, Kind::Action, Kind::Decision, Kind::NextStep];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Finding => "finding",
+            Kind::Action => "action",
+            Kind::Decision => "decision",
+            Kind::NextStep => "next_step",
+        }
+    }
+
+    /// Its place in [`Kind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// A planted statement, ready to be looked for.
@@ -63,6 +112,7 @@ pub struct Statement {
     pub subjects: Vec<String>,
     pub relation: String,
     pub value: String,
+    pub kind: Kind,
 }
 
 impl Statement {
@@ -74,6 +124,9 @@ impl Statement {
 
 impl std::fmt::Display for Statement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.kind != Kind::Finding {
+            write!(f, "[{}] ", self.kind.as_str())?;
+        }
         write!(f, "{} {}: {}", self.subjects[0], self.relation, self.value)
     }
 }
@@ -86,6 +139,7 @@ impl From<StatementScript> for Statement {
             subjects,
             relation: s.relation,
             value: s.value,
+            kind: s.kind,
         }
     }
 }
@@ -180,6 +234,8 @@ pub struct Phase {
     pub name: String,
     pub facts: Vec<String>,
     pub statements: Vec<Statement>,
+    /// The user's rules given in this phase, as written.
+    pub rules: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -199,6 +255,17 @@ impl Scenario {
 
     pub fn statement_count(&self) -> usize {
         self.phases.iter().map(|p| p.statements.len()).sum()
+    }
+
+    /// The planted statements of `kind`.
+    pub fn count_of(&self, kind: Kind) -> usize {
+        (self.phases.iter().flat_map(|p| &p.statements))
+            .filter(|s| s.kind == kind)
+            .count()
+    }
+
+    pub fn rule_count(&self) -> usize {
+        self.phases.iter().map(|p| p.rules.len()).sum()
     }
 }
 
@@ -274,7 +341,7 @@ impl Scenario {
     /// A message with no role or several; calls not answered by as many tool messages
     /// right after them; a tool message that answers no call; a planted fact that is not
     /// written in its phase (filler aside); a planted statement that no sentence or line
-    /// of its phase states.
+    /// of its phase states; a rule that no user message of its phase writes verbatim.
     pub fn from_script(script: Script) -> anyhow::Result<Self> {
         let mut messages = Vec::new();
         let mut phases = Vec::new();
@@ -283,6 +350,7 @@ impl Scenario {
         let mut problems: Vec<String> = Vec::new();
         for (phase_index, phase) in script.phases.into_iter().enumerate() {
             let mut written = String::new();
+            let mut said_by_user: Vec<String> = Vec::new();
             for (n, step) in phase.messages.into_iter().enumerate() {
                 let at = || format!("phase {:?}, message {n}", phase.name);
                 let message = match (step.user, step.assistant, step.tool) {
@@ -290,6 +358,7 @@ impl Scenario {
                         expect_no_calls_pending(&waiting).with_context(at)?;
                         written.push_str(&text);
                         written.push('\n');
+                        said_by_user.push(text.clone());
                         text_message(Role::User, text)
                     }
                     (None, Some(text), None) => {
@@ -387,10 +456,22 @@ impl Scenario {
                     ));
                 }
             }
+            for rule in &phase.rules {
+                if rule.trim().is_empty() {
+                    problems.push(format!("phase {:?}: a rule is empty", phase.name));
+                } else if !said_by_user.iter().any(|m| m.contains(rule.as_str())) {
+                    problems.push(format!(
+                        "phase {:?}: the rule {rule:?} is not written verbatim in a user \
+                         message of the phase",
+                        phase.name
+                    ));
+                }
+            }
             phases.push(Phase {
                 name: phase.name,
                 facts: phase.facts,
                 statements,
+                rules: phase.rules,
             });
         }
         expect_no_calls_pending(&waiting).context("at the end")?;
@@ -532,6 +613,77 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every phase records task state as an investigation does (an action with its
+    /// result, a decision, an open next step), each valued by an identifier the
+    /// extractor finds, and every scenario has the user's rules from its first phase.
+    #[test]
+    fn every_phase_plants_task_state_and_every_scenario_rules() {
+        for s in built_in().unwrap() {
+            assert!(
+                s.phases[0].rules.iter().any(|r| !r.is_empty()),
+                "{}: no rule in its first phase",
+                s.name
+            );
+            for p in &s.phases {
+                for kind in [Kind::Action, Kind::Decision, Kind::NextStep] {
+                    assert!(
+                        p.statements.iter().any(|st| st.kind == kind),
+                        "{} {}: no {}",
+                        s.name,
+                        p.name,
+                        kind.as_str()
+                    );
+                }
+                let text: String = (s.messages.iter())
+                    .filter(|m| s.phases[m.phase].name == p.name)
+                    .map(|m| m.message.content.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let found = crate::facts::FactSet::of_text(&text);
+                for st in p.statements.iter().filter(|st| st.kind != Kind::Finding) {
+                    assert!(
+                        found.contains(&st.value),
+                        "{} {}: {st} is not valued by an identifier",
+                        s.name,
+                        p.name
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_rule_not_written_verbatim_and_an_unknown_kind_are_refused() {
+        let phase = |rules: Value, kind: &str| {
+            script(
+                json!({"name": "n", "domain": "d", "phases": [{"name": "p", "facts": [],
+                "statements": [{"subject": "checkout-api", "relation": "rolled back to",
+                    "value": "v2.1.0", "kind": kind}],
+                "rules": rules,
+                "messages": [
+                    {"user": "Never restart orders-db without asking me first. Go."},
+                    {"assistant": "I rolled back checkout-api to v2.1.0."}
+                ]}]}),
+            )
+            .map(|s| format!("{:?}", s.phases[0].statements[0].kind))
+            .unwrap_or_else(|e| format!("{e:#}"))
+        };
+        assert_eq!(
+            phase(
+                json!(["Never restart orders-db without asking me first."]),
+                "action"
+            ),
+            "Action"
+        );
+        let reworded = phase(
+            json!(["Never restart orders-db without asking first."]),
+            "action",
+        );
+        assert!(reworded.contains("not written verbatim"), "{reworded}");
+        let unknown = phase(json!([]), "chore");
+        assert!(unknown.contains("unknown variant"), "{unknown}");
     }
 
     /// The statements are measured against distractors: tool output holding the same

@@ -5,16 +5,19 @@
 //! After each compaction it records which planted facts have been compacted so far (were
 //! in a removed part, an earlier summary included) and which of those the agent still
 //! has in its context (the summary or a kept message): the recall an agent lives with.
-//! It does the same for the planted statements: a statement is compacted when a removed
+//! It does the same for the planted statements, kind by kind (findings, and the task
+//! state: actions, decisions, next steps): a statement is compacted when a removed
 //! message stated it, and known while one sentence or line of the context (not a list
-//! of identifiers) holds its subject and its value.
+//! of identifiers) holds its subject and its value. And for the user's rules: a rule is
+//! compacted when a removed message held it, and known while a message of the context
+//! holds its exact words (whitespace runs aside).
 
 use std::collections::HashSet;
 use std::time::Instant;
 
 use serde::Serialize;
 
-use super::corpus::{Scenario, Statement};
+use super::corpus::{Kind, Scenario, Statement};
 use crate::compaction::split;
 use crate::config::{FactCheck, Limits};
 use crate::fact_check::{self, Checked};
@@ -45,23 +48,43 @@ pub struct Compaction {
     /// ... by phase (compacted, known), ...
     #[serde(skip)]
     pub statements_by_phase: Vec<(usize, usize)>,
-    /// ... and the ones the context no longer states.
+    /// ... and the ones the context no longer states. These five are of the findings.
     pub statements_missing: Vec<String>,
+    /// The planted statements of each kind ([`Kind::ALL`]'s order), findings included.
+    pub by_kind: [Tally; 4],
+    /// The compacted actions, decisions and next steps the context no longer states.
+    pub task_missing: Vec<String>,
+    /// The user's rules compacted so far, and of those the ones the context holds word
+    /// for word ...
+    pub rules: Tally,
+    /// ... and the ones it does not.
+    pub rules_missing: Vec<String>,
     /// The summary written.
     #[serde(skip)]
     pub summary: String,
 }
 
-/// What is tracked: the planted identifiers, or the planted statements.
+/// Of some planted facts: how many were compacted so far, and how many of those the
+/// context still has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    pub compacted: usize,
+    pub known: usize,
+}
+
+/// What is tracked: the planted identifiers, the planted statements, or the user's rules.
 #[derive(Clone, Copy)]
 enum Probe<'a> {
     Identifier(&'a str),
     Statement(&'a Statement),
+    /// A rule, its whitespace runs made single spaces.
+    Rule(&'a str),
 }
 
 impl Probe<'_> {
     /// Whether `m` (its content, or its calls' arguments) holds this fact: the
-    /// identifier as a whole word, or the statement in one of its sentences or lines.
+    /// identifier as a whole word, the statement in one of its sentences or lines, the
+    /// rule word for word in its content.
     fn in_message(self, m: &Message) -> bool {
         match self {
             Self::Identifier(fact) => mentions(m, fact),
@@ -71,15 +94,22 @@ impl Probe<'_> {
                         .as_ref()
                         .is_some_and(|calls| statement.stated_in(&calls.to_string()))
             }
+            Self::Rule(rule) => single_spaced(&m.content).contains(rule),
         }
     }
 
     fn label(self) -> String {
         match self {
-            Self::Identifier(fact) => fact.to_owned(),
+            Self::Identifier(fact) | Self::Rule(fact) => fact.to_owned(),
             Self::Statement(statement) => statement.to_string(),
         }
     }
+}
+
+/// `text` with every run of whitespace made one space: a rule is kept word for word
+/// whether it is quoted on one line or wrapped.
+fn single_spaced(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// What the agent knows of some planted facts after a compaction.
@@ -90,6 +120,15 @@ struct Known {
     missing: Vec<String>,
 }
 
+impl Known {
+    fn tally(&self) -> Tally {
+        Tally {
+            compacted: self.compacted,
+            known: self.known,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Play {
     pub compactions: Vec<Compaction>,
@@ -98,31 +137,73 @@ pub struct Play {
     pub failures: Vec<String>,
     /// Second attempts the fact check asked for (an LLM's, in `retry` mode).
     pub fact_retries: usize,
+    /// Answers the acceptance gate refused and asked again for (an echo of the earlier
+    /// summary, an acknowledgement: docs/compaction.md, "The acceptance gate").
+    pub refused: usize,
 }
 
-/// Plays `scenario` with `summarizer` at `limits`, summaries checked against
-/// `max_chars` (`SUMMARY_MAX_CHARS`) and, as the worker does, asked once more under
-/// `fact_check` when they lost too many facts.
+/// What the worker does with a summary before it writes it, as the settings say.
+#[derive(Clone, Copy, Debug)]
+pub struct Checks {
+    /// `SUMMARY_MAX_CHARS`: the template check's limit.
+    pub max_chars: i64,
+    /// `SUMMARY_FACT_CHECK` and its minimum: when a summary is asked for once more.
+    pub fact_check: FactCheck,
+    /// `SUMMARY_USER_WORDS_CHARS`: the user's words quoted after the summary.
+    pub user_words_chars: usize,
+}
+
+impl Checks {
+    /// The worker's defaults with a summary of at most `max_chars`.
+    pub fn defaults(max_chars: i64) -> Self {
+        Self {
+            max_chars,
+            fact_check: FactCheck::default(),
+            user_words_chars: summary::words::DEFAULT_CHARS,
+        }
+    }
+}
+
+/// Plays `scenario` with `summarizer` at `limits`, summaries checked and finished as the
+/// worker would under `checks` (the template check, the acceptance gate where the
+/// summarizer runs it, the fact check asking once more, the user's words quoted after);
+/// it stops after the `until`th compaction when given (a subset for a slow model).
 pub async fn play(
     scenario: &Scenario,
     summarizer: &dyn Summarizer,
     limits: Limits,
-    max_chars: i64,
-    fact_check: FactCheck,
+    checks: Checks,
+    until: Option<usize>,
 ) -> Play {
     let facts: Vec<(usize, Probe<'_>)> = (scenario.phases.iter().enumerate())
         .flat_map(|(i, phase)| {
             (phase.facts.iter()).map(move |f| (i, Probe::Identifier(f.as_str())))
         })
         .collect();
-    let statements: Vec<(usize, Probe<'_>)> = (scenario.phases.iter().enumerate())
-        .flat_map(|(i, phase)| (phase.statements.iter()).map(move |s| (i, Probe::Statement(s))))
+    let statements: [Vec<(usize, Probe<'_>)>; 4] = Kind::ALL.map(|kind| {
+        (scenario.phases.iter().enumerate())
+            .flat_map(|(i, phase)| {
+                (phase.statements.iter())
+                    .filter(move |s| s.kind == kind)
+                    .map(move |s| (i, Probe::Statement(s)))
+            })
+            .collect()
+    });
+    let rule_texts: Vec<(usize, String)> = (scenario.phases.iter().enumerate())
+        .flat_map(|(i, phase)| (phase.rules.iter()).map(move |r| (i, single_spaced(r))))
+        .collect();
+    let rules: Vec<(usize, Probe<'_>)> = (rule_texts.iter())
+        .map(|(i, rule)| (*i, Probe::Rule(rule.as_str())))
         .collect();
     let mut compacted: HashSet<usize> = HashSet::new();
-    let mut statements_compacted: HashSet<usize> = HashSet::new();
+    let mut statements_compacted: [HashSet<usize>; 4] = Default::default();
+    let mut rules_compacted: HashSet<usize> = HashSet::new();
     let mut session: Vec<Message> = scenario.system.iter().cloned().collect();
     let mut play = Play::default();
     for played in &scenario.messages {
+        if until.is_some_and(|n| play.compactions.len() >= n) {
+            break;
+        }
         if played.message.role == Role::Assistant
             && let Ok(split) = split::plan(&session, limits)
         {
@@ -133,30 +214,32 @@ pub async fn play(
                 .collect();
             let removed_chars = split.chars_removed(&session);
             let started = Instant::now();
-            let checked = summarize(
-                summarizer,
-                &context,
-                &old,
-                removed_chars,
-                max_chars,
-                fact_check,
-                &mut play,
-            )
-            .await;
+            let checked =
+                summarize(summarizer, &context, &old, removed_chars, checks, &mut play).await;
             let millis = started.elapsed().as_secs_f64() * 1000.0;
             match checked {
                 Err(e) => play.failures.push(e),
                 Ok(text) => {
                     mark_compacted(&facts, &old, &mut compacted);
-                    mark_compacted(&statements, &old, &mut statements_compacted);
+                    for (probes, done) in statements.iter().zip(&mut statements_compacted) {
+                        mark_compacted(probes, &old, done);
+                    }
+                    mark_compacted(&rules, &old, &mut rules_compacted);
                     let kept = session.split_off(split.cut);
                     session.retain(|m| m.role == Role::System);
                     session.push(summary_message(&text));
                     session.extend(kept);
                     let phases = scenario.phases.len();
                     let of_facts = knowledge(&facts, &compacted, &session, phases);
-                    let of_statements =
-                        knowledge(&statements, &statements_compacted, &session, phases);
+                    let [of_findings, task @ ..] = [0, 1, 2, 3].map(|k| {
+                        knowledge(&statements[k], &statements_compacted[k], &session, phases)
+                    });
+                    let of_rules = knowledge(&rules, &rules_compacted, &session, phases);
+                    let mut by_kind = [Tally::default(); 4];
+                    by_kind[0] = of_findings.tally();
+                    for (tally, known) in by_kind[1..].iter_mut().zip(&task) {
+                        *tally = known.tally();
+                    }
                     play.compactions.push(Compaction {
                         removed_chars,
                         summary_chars: char_count(&text),
@@ -165,10 +248,14 @@ pub async fn play(
                         known: of_facts.known,
                         by_phase: of_facts.by_phase,
                         missing: of_facts.missing,
-                        statements_compacted: of_statements.compacted,
-                        statements_known: of_statements.known,
-                        statements_by_phase: of_statements.by_phase,
-                        statements_missing: of_statements.missing,
+                        statements_compacted: of_findings.compacted,
+                        statements_known: of_findings.known,
+                        statements_by_phase: of_findings.by_phase,
+                        statements_missing: of_findings.missing,
+                        by_kind,
+                        task_missing: task.into_iter().flat_map(|k| k.missing).collect(),
+                        rules: of_rules.tally(),
+                        rules_missing: of_rules.missing,
                         summary: text,
                     });
                 }
@@ -179,21 +266,30 @@ pub async fn play(
     play
 }
 
-/// The summary the worker would write: the first that passes the template check, or a
-/// second attempt that keeps more facts when the first kept too few.
+/// The summary the worker would write, finished: the first that passes the template
+/// check, or a second attempt that keeps more facts when the first kept too few of what
+/// the old part established, measured with the user's words the worker quotes.
 async fn summarize(
     summarizer: &dyn Summarizer,
     context: &[Message],
     old: &[Message],
     removed_chars: i64,
-    max_chars: i64,
-    fact_check: FactCheck,
+    checks: Checks,
     play: &mut Play,
 ) -> Result<String, String> {
     let check = |summary: crate::summary::Summary| {
-        summary::accept(&summary.text, removed_chars, max_chars)
+        summary::accept(&summary.text, removed_chars, checks.max_chars)
             .map(|text| (summary, text))
             .map_err(|e| e.to_string())
+    };
+    let finish = |text: String| {
+        summary::finish(
+            text,
+            old,
+            &[],
+            (removed_chars, checks.max_chars),
+            checks.user_words_chars,
+        )
     };
     let request = SummaryRequest {
         old,
@@ -205,15 +301,16 @@ async fn summarize(
         .await
         .map_err(|e| e.to_string())
         .and_then(check)?;
-    let facts = FactSet::of_messages(old);
-    let recall = facts.recall(&text);
-    if !fact_check::worth_retrying(fact_check, &recall) {
-        return Ok(text);
+    play.refused += summary.refused.len();
+    let facts = FactSet::established_in(old);
+    let recall = facts.recall(&finish(text.clone()));
+    if !fact_check::worth_retrying(checks.fact_check, &recall)
+        || !summary.refused.is_empty()
+        || !summarizer.can_do_better()
+    {
+        return Ok(finish(text));
     }
     let missing = facts.said_in(old, &recall.missing, crate::prompt::MAX_LISTED_FACTS);
-    if !summarizer.can_do_better() {
-        return Ok(text);
-    }
     let again = summarizer.summarize(request.again(&missing));
     play.fact_retries += 1;
     let first = Checked {
@@ -223,15 +320,15 @@ async fn summarize(
     };
     match again.await.map_err(|e| e.to_string()).and_then(check) {
         Ok((summary, text)) => {
-            let recall = facts.recall(&text);
+            let recall = facts.recall(&finish(text.clone()));
             let second = Checked {
                 summary,
                 text,
                 recall,
             };
-            Ok(fact_check::better(first, second).0.text)
+            Ok(finish(fact_check::better(first, second).0.text))
         }
-        Err(_) => Ok(first.text),
+        Err(_) => Ok(finish(first.text)),
     }
 }
 

@@ -16,7 +16,10 @@
 //! - **Ruled out:** the part of each sentence that rules something out ("not", "ruled
 //!   out", "no sign of", "is healthy"), from every role and the earlier summary.
 //! - **Current state:** the latest exchange's conclusion: the last sentences of the
-//!   agent's last answer, whole, which no finding repeats.
+//!   agent's last answer, whole, which no finding repeats; then the task state, one
+//!   bullet each: what the agent did, what was decided, what comes next, told by their
+//!   wording ([`task`]) and chosen by [`task_state`]. An earlier summary's bullets are
+//!   carried as statements that compete with the new ones.
 //!
 //! The summary takes at most a quarter of what it replaces (at least [`MIN_BUDGET`]
 //! chars, never `SUMMARY_MAX_CHARS` or more). Everything is linear in the old part's
@@ -24,6 +27,7 @@
 
 mod clauses;
 mod cover;
+mod task;
 mod units;
 
 use futures_util::future::{BoxFuture, FutureExt};
@@ -33,6 +37,7 @@ use crate::message::{Message, Role, char_count};
 use crate::summarizer::{LlmError, Summarizer, SummaryRequest};
 use crate::summary::Summary;
 use crate::summary::{CURRENT_STATE, INVESTIGATING, KEY_FINDINGS, RULED_OUT};
+use task::Task;
 use units::Collected;
 
 #[derive(Clone, Copy, Debug)]
@@ -146,11 +151,22 @@ fn summarize_focused(
     let (state, drawn) = current_state(old, &collected, state_room);
     cover_text(&state, &collected, &mut covered);
 
+    let tasks = task_state(&collected, &drawn, room / 6);
+    let mut task_text = String::new();
+    for &u in &tasks {
+        task_text.push_str("\n- ");
+        task_text.push_str(&collected.units[u].text);
+    }
+    cover_text(&task_text, &collected, &mut covered);
+    let stated: Vec<String> = (drawn.iter().cloned())
+        .chain(tasks.iter().map(|&u| collected.units[u].text.clone()))
+        .collect();
+
     let ruled_out_text = ruled_out(&collected, &mut covered, room / 8);
 
-    let used = chars(&investigating) + chars(&state) + chars(&ruled_out_text);
+    let used = chars(&investigating) + chars(&state) + chars(&task_text) + chars(&ruled_out_text);
     let findings_room = room.saturating_sub(used);
-    let mut chosen = findings(&collected, &drawn, &mut covered, findings_room);
+    let mut chosen = findings(&collected, &stated, &mut covered, findings_room);
     let units = &collected.units;
     chosen.sort_unstable_by_key(|&u| units[u].origin);
     let left = findings_room.saturating_sub(
@@ -173,7 +189,7 @@ fn summarize_focused(
     }
 
     let text = format!(
-        "{INVESTIGATING} {investigating}\n{KEY_FINDINGS}\n{findings}{RULED_OUT} {ruled_out_text}\n{CURRENT_STATE} {state}"
+        "{INVESTIGATING} {investigating}\n{KEY_FINDINGS}\n{findings}{RULED_OUT} {ruled_out_text}\n{CURRENT_STATE} {state}{task_text}"
     );
     if char_count(&text) >= i64::try_from(input_chars).unwrap_or(i64::MAX)
         || chars(&text) > max_chars
@@ -212,7 +228,7 @@ fn findings(
     let weights = &collected.weights;
     // The statements "Current state" says, whole or shortened, are not said twice.
     let stated: std::collections::HashSet<usize> = (units.iter())
-        .filter(|u| !u.compact && u.new && in_state.iter().any(|s| s.contains(u.text.as_str())))
+        .filter(|u| !u.compact && in_state.iter().any(|s| s.contains(u.text.as_str())))
         .map(|u| u.origin)
         .collect();
     let statement =
@@ -391,6 +407,55 @@ fn current_state(old: &[Message], collected: &Collected, room: usize) -> (String
     }
     let drawn = sentences[sentences.len() - taken..].to_vec();
     (drawn.join(" "), drawn)
+}
+
+/// The task state to keep, as units in the old part's order: statements of what the
+/// agent did, what was decided and what comes next ([`Unit::task`]), none of them among
+/// the `drawn` sentences "Current state" already says, whole when they fit in `room`,
+/// else in their compact form. The newest of each kind first (the next step, the last
+/// decision, the last action), then the rest newest first: an agent redoes old work
+/// less often than it loses where it was going.
+fn task_state(collected: &Collected, drawn: &[String], room: usize) -> Vec<usize> {
+    let units = &collected.units;
+    let candidates: Vec<usize> = (0..units.len())
+        .rev()
+        .filter(|&u| {
+            let unit = &units[u];
+            unit.task.is_some()
+                && unit.said
+                && !unit.unfit
+                && !unit.compact
+                && !drawn.iter().any(|s| s.contains(unit.text.as_str()))
+        })
+        .collect();
+    let mut order: Vec<usize> = Vec::with_capacity(candidates.len());
+    for kind in [Task::NextStep, Task::Decision, Task::Action] {
+        order.extend(candidates.iter().find(|&&u| units[u].task == Some(kind)));
+    }
+    order.extend(
+        candidates
+            .iter()
+            .filter(|u| !order.contains(u))
+            .collect::<Vec<_>>(),
+    );
+    let mut chosen: Vec<usize> = Vec::new();
+    let mut seen_text: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut used = 0;
+    for u in order {
+        let compact = (units.get(u + 1)).filter(|c| c.compact && c.origin == units[u].origin);
+        let pick = std::iter::once(u)
+            .chain(compact.map(|_| u + 1))
+            .find(|&v| used + units[v].chars() + cover::OVERHEAD <= room);
+        // A compact form and its whole statement (one carried, one new) are one.
+        if let Some(v) = pick
+            && seen_text.insert(units[v].text.trim_end_matches(" …"))
+        {
+            used += units[v].chars() + cover::OVERHEAD;
+            chosen.push(v);
+        }
+    }
+    chosen.sort_unstable_by_key(|&u| units[u].origin);
+    chosen
 }
 
 /// `text` on one line within `room` chars: whole when it fits, else its first whole

@@ -21,6 +21,7 @@ use std::collections::hash_map::Entry;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::clauses;
+use super::task::{self, Task};
 use crate::facts;
 use crate::message::{Message, Role, ToolCall};
 use crate::summary::{CURRENT_STATE, INVESTIGATING, KEY_FINDINGS, RULED_OUT};
@@ -90,6 +91,9 @@ pub(super) struct Unit {
     /// The unit's place in the old part (a compact form shares its statement's):
     /// findings are shown in this order.
     pub origin: usize,
+    /// The task state it records, told by its wording ([`task::classify`]); an earlier
+    /// summary's "Current state" bullet is task state whatever its wording.
+    pub task: Option<Task>,
 }
 
 /// What an identifier's mention implies: the identifiers inside it
@@ -104,6 +108,8 @@ struct Raw {
     /// An earlier summary's "Also noted" list: its identifiers are carried, but it is
     /// not a unit (it would be a second list).
     listed: bool,
+    /// A bullet of an earlier summary's "Current state": task state it kept.
+    task_state: bool,
 }
 
 impl Raw {
@@ -113,6 +119,7 @@ impl Raw {
             source,
             message,
             listed: false,
+            task_state: false,
         }
     }
 }
@@ -164,7 +171,12 @@ pub(super) fn collect(old: &[Message]) -> Collected {
     let mut call_names: HashMap<String, String> = HashMap::new();
     for (index, m) in old.iter().enumerate() {
         match (m.role, m.is_summary) {
-            (Role::User, true) => earlier(&m.content, index, &mut raw, &mut collected),
+            (Role::User, true) => earlier(
+                &crate::summary::strip_ours(&m.content),
+                index,
+                &mut raw,
+                &mut collected,
+            ),
             (Role::User, false) => {
                 raw.extend(
                     (statements(&m.content).into_iter())
@@ -212,6 +224,7 @@ pub(super) fn collect(old: &[Message]) -> Collected {
         source,
         message,
         listed,
+        task_state,
     } in raw
     {
         let signal = has_signal(&text);
@@ -302,6 +315,9 @@ pub(super) fn collect(old: &[Message]) -> Collected {
             ids
         };
         let origin = collected.units.len();
+        let task = (said && !unfit)
+            .then(|| task::classify(&text).or(task_state.then_some(Task::Action)))
+            .flatten();
         let compact = (said && !unfit)
             .then(|| clauses::compact(&text, &ranges))
             .flatten()
@@ -319,6 +335,7 @@ pub(super) fn collect(old: &[Message]) -> Collected {
             unfit,
             compact: false,
             origin,
+            task,
         };
         if let Some(short) = compact {
             let compact = Unit {
@@ -408,7 +425,27 @@ fn words(text: &str) -> impl Iterator<Item = String> + '_ {
 /// that its facts compete with the new ones on equal terms.
 fn earlier(summary: &str, index: usize, raw: &mut Vec<Raw>, collected: &mut Collected) {
     let mut in_findings = false;
+    let mut in_state = false;
     for line in summary.lines().map(str::trim) {
+        if in_state {
+            match line.strip_prefix("- ") {
+                Some(bullet) => {
+                    raw.push(Raw {
+                        task_state: true,
+                        ..Raw::unit(
+                            one_line(facts::strip_marker(bullet), MAX_SCAN_CHARS),
+                            Source::Earlier,
+                            index,
+                        )
+                    });
+                    continue;
+                }
+                // What follows the bullets (a part of the worker's, a note) is not
+                // task state.
+                None if !line.is_empty() => in_state = false,
+                None => continue,
+            }
+        }
         if let Some(rest) = line.strip_prefix(INVESTIGATING) {
             collected.earlier_investigating = Some(rest.trim().to_owned());
         } else if line.starts_with(KEY_FINDINGS) {
@@ -423,6 +460,7 @@ fn earlier(summary: &str, index: usize, raw: &mut Vec<Raw>, collected: &mut Coll
             );
         } else if let Some(rest) = line.strip_prefix(CURRENT_STATE) {
             in_findings = false;
+            in_state = true;
             collected.earlier_state = Some(rest.trim().to_owned());
             // Replaced by the new state, but what it says may still matter.
             raw.extend(sentences(rest).map(|s| Raw::unit(s, Source::Earlier, index)));

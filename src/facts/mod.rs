@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
-use crate::message::{Message, ToolCall};
+use crate::message::{Message, Role, ToolCall};
 use lexer::{quoted, tokens};
 
 mod classify;
@@ -93,7 +93,29 @@ pub struct FactSet {
     /// Where each fact was first seen, by index: enough to find the statement it was
     /// said in again ([`FactSet::said_in`]) without keeping a copy of it.
     origins: Vec<Origin>,
+    /// How [`FactSet::established_in`] chose them; zeros for the other constructors.
+    weighing: Weighing,
 }
+
+/// Why the identifiers of an old part were weighed ([`FactSet::established_in`]): how
+/// many distinct ones it holds, how many the conversation said (the user, the agent, an
+/// earlier summary), and how many more the tool-output lines it relied on hold. The rest
+/// are routine tool output no one referred to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Weighing {
+    pub seen: usize,
+    pub said: usize,
+    pub relied_on: usize,
+}
+
+/// A line of tool output: its message's place, its offset in the message, and its
+/// identifiers, each with its offset in the line.
+type ToolLine<'a> = (usize, usize, Vec<(usize, Fact<'a>)>);
+
+/// A tool-output line is one the conversation relied on when it holds an identifier the
+/// conversation said that at most this many lines of tool output hold: the error code the
+/// agent quoted points at its line; a service name on every line of a log points at none.
+pub const RELIED_ON_LINES: usize = 3;
 
 /// A place in some messages: the message, which of its texts ([`message_texts`]: its
 /// content, then each call's arguments), the byte offset in it.
@@ -133,6 +155,84 @@ impl FactSet {
         set
     }
 
+    /// The facts an old part established, the ones a summary of it is held to: the
+    /// identifiers the conversation said (the user's and the agent's messages, their
+    /// tool calls' arguments, an earlier summary), and those of the tool-output lines it
+    /// relied on (see [`RELIED_ON_LINES`]); not every request id and timestamp of a
+    /// routine log no one referred to. In order of first appearance; how they were
+    /// chosen is [`FactSet::weighing`].
+    pub fn established_in(messages: &[Message]) -> Self {
+        let said = Self::of_messages_where(messages, |m| m.role != Role::Tool);
+        // Each tool-output line with its identifiers, and in how many lines each occurs.
+        let mut lines: Vec<ToolLine<'_>> = Vec::new();
+        let mut in_lines: HashMap<&str, usize> = HashMap::new();
+        for (n, m) in messages.iter().enumerate() {
+            if m.role != Role::Tool {
+                continue;
+            }
+            let mut start = 0;
+            for line in m.content.split_inclusive('\n') {
+                let found: Vec<(usize, Fact<'_>)> = extract(line)
+                    .into_iter()
+                    .map(|f| (f.text.as_ptr() as usize - line.as_ptr() as usize, f))
+                    .collect();
+                let distinct: HashSet<&str> = found.iter().map(|(_, f)| f.text).collect();
+                for text in distinct {
+                    *in_lines.entry(text).or_default() += 1;
+                }
+                if !found.is_empty() {
+                    lines.push((n, start, found));
+                }
+                start += line.len();
+            }
+        }
+        let seen = said.len() + in_lines.keys().filter(|text| !said.contains(text)).count();
+        let relied = |found: &[(usize, Fact<'_>)]| {
+            found.iter().any(|(_, f)| {
+                said.contains(f.text)
+                    && in_lines.get(f.text).copied().unwrap_or(0) <= RELIED_ON_LINES
+            })
+        };
+        let mut set = Self::default();
+        let mut lines = lines.into_iter().peekable();
+        for (n, m) in messages.iter().enumerate() {
+            if m.role != Role::Tool {
+                for (part, text) in message_texts(m).enumerate() {
+                    set.add_at(&text, n, part);
+                }
+                continue;
+            }
+            while let Some((_, start, found)) = lines.next_if(|(line_of, _, _)| *line_of == n) {
+                if relied(&found) {
+                    for (at, fact) in found {
+                        set.add_found(fact.text, fact.kind, n, 0, start + at);
+                    }
+                }
+            }
+        }
+        set.weighing = Weighing {
+            seen,
+            said: said.len(),
+            relied_on: set.len() - said.len(),
+        };
+        set
+    }
+
+    /// How [`FactSet::established_in`] weighed these facts.
+    pub fn weighing(&self) -> Weighing {
+        self.weighing
+    }
+
+    fn of_messages_where(messages: &[Message], keep: impl Fn(&Message) -> bool) -> Self {
+        let mut set = Self::default();
+        for (n, m) in messages.iter().enumerate().filter(|(_, m)| keep(m)) {
+            for (part, text) in message_texts(m).enumerate() {
+                set.add_at(&text, n, part);
+            }
+        }
+        set
+    }
+
     pub fn of_text(text: &str) -> Self {
         let mut set = Self::default();
         set.add_text(text);
@@ -145,17 +245,22 @@ impl FactSet {
 
     fn add_at(&mut self, text: &str, message: usize, part: usize) {
         for fact in extract(text) {
-            if !self.seen.contains(fact.text) {
-                self.seen.insert(fact.text.to_owned());
-                self.facts.push((fact.kind, fact.text.to_owned()));
-                let at = fact.text.as_ptr() as usize - text.as_ptr() as usize;
-                self.origins.push(Origin {
-                    message: u32::try_from(message).unwrap_or(u32::MAX),
-                    part: u32::try_from(part).unwrap_or(u32::MAX),
-                    at: u32::try_from(at).unwrap_or(u32::MAX),
-                });
-            }
+            let at = fact.text.as_ptr() as usize - text.as_ptr() as usize;
+            self.add_found(fact.text, fact.kind, message, part, at);
         }
+    }
+
+    fn add_found(&mut self, text: &str, kind: Kind, message: usize, part: usize, at: usize) {
+        if self.seen.contains(text) {
+            return;
+        }
+        self.seen.insert(text.to_owned());
+        self.facts.push((kind, text.to_owned()));
+        self.origins.push(Origin {
+            message: u32::try_from(message).unwrap_or(u32::MAX),
+            part: u32::try_from(part).unwrap_or(u32::MAX),
+            at: u32::try_from(at).unwrap_or(u32::MAX),
+        });
     }
 
     /// Each of `missing` (identifiers of this set) with the statement of `messages`

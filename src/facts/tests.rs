@@ -506,3 +506,53 @@ fn a_missing_fact_is_given_with_the_statement_it_was_said_in() {
     assert!(said("req-000010x").starts_with("req-000010x ok"));
     assert_eq!(listed.iter().filter(|f| !f.said.is_empty()).count(), 200);
 }
+
+/// A log-heavy old part: 400 routine lines of request ids and timestamps, one line the
+/// agent quoted. What is weighed is what the conversation said and that line; the
+/// routine lines' identifiers are seen, not weighed.
+#[test]
+fn an_old_part_weighs_what_the_conversation_established() {
+    use crate::message::Role;
+    let mut log: Vec<String> = (0..400)
+        .map(|n| {
+            format!(
+                "14:0{}:{:02} GET /api/orders req-{n:05} 200 12ms",
+                n % 10,
+                n % 60
+            )
+        })
+        .collect();
+    log[217] = "14:03:37 ERROR E-5417 pool exhausted on orders-db-2 req-00217".to_owned();
+    let mut result = Message::text(Role::Tool, &log.join("\n"));
+    result.tool_call_id = Some("c1".into());
+    let old = [
+        Message::text(Role::User, "Why does checkout-api return 502 since 14:01?"),
+        result,
+        Message::text(
+            Role::Assistant,
+            "The log shows E-5417 at 14:03:37: the pool of orders-db-2 is exhausted.",
+        ),
+    ];
+    let set = FactSet::established_in(&old);
+    let texts: Vec<&str> = set.iter().map(|(_, t)| t).collect();
+    assert!(texts.contains(&"E-5417"), "{texts:?}");
+    assert!(
+        texts.contains(&"req-00217"),
+        "the quoted line's id: {texts:?}"
+    );
+    assert!(
+        !texts.contains(&"req-00001"),
+        "a routine line's id: {texts:?}"
+    );
+    let weighing = set.weighing();
+    assert_eq!(weighing.said + weighing.relied_on, set.len());
+    assert!(weighing.relied_on >= 1, "{weighing:?}");
+    assert!(weighing.seen > 400, "{weighing:?}");
+    assert!(set.len() < 15, "{texts:?}");
+    // Where each was first said is found as before.
+    let missing = set.said_in(&old, &["req-00217".to_owned()], 10);
+    assert!(
+        missing[0].said.contains("ERROR E-5417 pool exhausted"),
+        "{missing:?}"
+    );
+}

@@ -33,6 +33,8 @@ impl Fallback {
     }
 
     async fn summarize_with(&self, request: SummaryRequest<'_>) -> Result<Summary, LlmError> {
+        // The LLM's answers that came to nothing were paid for all the same.
+        let mut paid: Option<Summary> = None;
         let reason = match self.llm.summarize(request).await {
             Ok(summary) => {
                 let replaced: i64 = request.old.iter().map(|m| m.chars).sum();
@@ -46,6 +48,7 @@ impl Fallback {
             }
             Err(e) => {
                 self.metrics.llm_failed(e.metric_cause());
+                paid = e.paid().cloned();
                 e.to_string()
             }
         };
@@ -61,6 +64,9 @@ impl Fallback {
             .summarize(extractive)
             .await?;
         summary.fallback_reason = Some(reason);
+        if let Some(paid) = &paid {
+            summary.add_usage(paid);
+        }
         Ok(summary)
     }
 }
@@ -153,7 +159,10 @@ mod tests {
             .unwrap();
         assert_eq!(summary.model, "extractive");
         let reason = summary.fallback_reason.unwrap();
-        assert!(reason.contains("lacks the heading"), "{reason}");
+        assert!(
+            reason.contains("an acknowledgement, not a summary"),
+            "{reason}"
+        );
     }
 
     /// An LLM whose second attempts fail.

@@ -40,14 +40,20 @@ pub fn from_settings(
 ) -> anyhow::Result<Box<dyn Summarizer>> {
     let summarizer: Box<dyn Summarizer> = match settings.provider {
         Provider::Extractive => return Ok(Box::new(Extractive::new(settings.summary_max_chars))),
-        Provider::OpenAi => Box::new(LlmSummarizer::new(
-            Box::new(OpenAiClient::new(settings.clone(), metrics.clone())?),
-            settings,
-        )),
-        Provider::Anthropic => Box::new(LlmSummarizer::new(
-            Box::new(AnthropicClient::new(settings.clone(), metrics.clone())?),
-            settings,
-        )),
+        Provider::OpenAi => Box::new(
+            LlmSummarizer::new(
+                Box::new(OpenAiClient::new(settings.clone(), metrics.clone())?),
+                settings,
+            )
+            .with_metrics(metrics.clone()),
+        ),
+        Provider::Anthropic => Box::new(
+            LlmSummarizer::new(
+                Box::new(AnthropicClient::new(settings.clone(), metrics.clone())?),
+                settings,
+            )
+            .with_metrics(metrics.clone()),
+        ),
     };
     Ok(match settings.fallback {
         FallbackMode::None => summarizer,

@@ -271,9 +271,10 @@ impl Worker {
             summary,
             text: summary::finish(
                 text,
+                &plan.old,
                 &plan.removed_seqs,
-                plan.chars_removed,
-                self.policy.summary_max_chars,
+                (plan.chars_removed, self.policy.summary_max_chars),
+                self.policy.user_words_chars,
             ),
             facts,
         })

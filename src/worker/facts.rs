@@ -1,6 +1,8 @@
-//! The fact check as the worker runs it (`SUMMARY_FACT_CHECK`): the old part's
-//! identifiers are extracted while the summarizer works, how many of them the summary
-//! states (inside a statement, not a list) is measured, and in `retry` mode an LLM
+//! The fact check as the worker runs it (`SUMMARY_FACT_CHECK`): the identifiers the old
+//! part established (what the user and the agent said, and the tool-output lines they
+//! relied on: [`FactSet::established_in`]) are extracted while the summarizer works, how
+//! many of them the summary states (inside a statement, not a list; the user's words the
+//! worker quotes count) is measured, and in `retry` mode an LLM
 //! summary below `SUMMARY_MIN_FACT_RECALL` is asked for once more with each fact it did
 //! not state listed beside the sentence it was said in. The decisions are
 //! [`crate::fact_check`]'s; this is the asking, the timing and the logging.
@@ -45,11 +47,11 @@ impl Worker {
             return Extraction::Off;
         }
         if plan.chars_removed <= OFF_THREAD_CHARS {
-            return Extraction::Done(Arc::new(FactSet::of_messages(&plan.old)));
+            return Extraction::Done(Arc::new(FactSet::established_in(&plan.old)));
         }
         let old = Arc::clone(&plan.old);
         Extraction::Running(tokio::task::spawn_blocking(move || {
-            FactSet::of_messages(&old)
+            FactSet::established_in(&old)
         }))
     }
 
@@ -70,7 +72,7 @@ impl Worker {
             Extraction::Running(task) => joined(task.await).map(Arc::new),
         };
         let recall = match &facts {
-            Some(facts) => recall(facts, &text).await,
+            Some(facts) => recall(facts, &self.as_written(plan, &text)).await,
             None => None,
         };
         let (Some(facts), Some(recall)) = (facts, recall) else {
@@ -86,18 +88,21 @@ impl Worker {
         } else {
             (first, None)
         };
-        let figures = Figures::of(&kept.recall, retry);
+        let figures = Figures::of(&kept.recall, retry, facts.weighing());
         (kept.summary, kept.text, Some(figures))
     }
 
     /// Whether `first` is worth a second attempt: below the minimum in `retry` mode,
     /// written by the LLM (a summary from the extractive fallback means the LLM just
-    /// failed), and with a minimum a summary could reach ([`fact_check::attainable`]).
+    /// failed) at its first answer (one the acceptance gate refused was asked again
+    /// already), and with a minimum a summary could reach ([`fact_check::attainable`]).
     /// Whether the summarizer can do better is its own to say.
     fn asks_again(&self, first: &Checked, facts: &FactSet) -> bool {
         let policy = self.policy.fact_check;
         fact_check::worth_retrying(policy, &first.recall)
             && first.summary.fallback_reason.is_none()
+            // The acceptance gate asked again already: one more request per compaction.
+            && first.summary.refused.is_empty()
             && fact_check::attainable(
                 facts,
                 policy.min_recall,
@@ -180,6 +185,17 @@ impl Worker {
         (kept, Some(outcome))
     }
 
+    /// What the agent will read of a summary `text` of `plan`: with the user's words the
+    /// worker quotes after it (`summary::finish`), which state facts too.
+    fn as_written(&self, plan: &Plan, text: &str) -> String {
+        let words = summary::words::section(&plan.old, self.policy.user_words_chars);
+        if words.is_empty() {
+            text.to_owned()
+        } else {
+            format!("{text}\n\n{words}")
+        }
+    }
+
     /// The second attempt's answer, checked against the template and measured.
     async fn second_checked(
         &self,
@@ -189,7 +205,7 @@ impl Worker {
     ) -> Result<Checked, FailedAttempt> {
         let summary = answered.map_err(|e| FailedAttempt {
             why: e.to_string(),
-            answer: None,
+            answer: e.paid().cloned(),
         })?;
         let checked = summary::accept(
             &summary.text,
@@ -205,7 +221,7 @@ impl Worker {
                 });
             }
         };
-        match recall(facts, &text).await {
+        match recall(facts, &self.as_written(plan, &text)).await {
             Some(recall) => Ok(Checked {
                 summary,
                 text,

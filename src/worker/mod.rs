@@ -48,6 +48,8 @@ pub struct Policy {
     pub failure_backoff_max: Duration,
     /// `SUMMARY_MAX_CHARS`: a longer summary is refused.
     pub summary_max_chars: i64,
+    /// `SUMMARY_USER_WORDS_CHARS`: the user's words quoted after each summary.
+    pub user_words_chars: usize,
     /// `SUMMARY_FACT_CHECK` and `SUMMARY_MIN_FACT_RECALL`.
     pub fact_check: FactCheck,
     /// `LLM_DEADLINE_MS`: the fact check's second attempt at a summary must end within

@@ -18,6 +18,7 @@ fn policy() -> Policy {
         failure_backoff: Duration::from_secs(30),
         failure_backoff_max: Duration::from_secs(600),
         summary_max_chars: 6_000,
+        user_words_chars: crate::summary::words::DEFAULT_CHARS,
         fact_check: FactCheck::default(),
         llm_deadline: Duration::from_secs(60),
         concurrency: 8,

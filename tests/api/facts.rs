@@ -155,7 +155,7 @@ pub async fn removed_facts(app: &TestApp, session: &str) -> FactSet {
         .into_iter()
         .map(message)
         .collect();
-    FactSet::of_messages(&old)
+    FactSet::established_in(&old)
 }
 
 /// The session's summary, as the summarizer wrote it (without the recall note).

@@ -112,6 +112,9 @@ pub fn test_env(database_url: &str, subject: &str, llm_url: &str) -> HashMap<Str
         // the test histories' facts, and most tests count requests. The fact check's own
         // tests (facts.rs) turn `retry` on.
         ("SUMMARY_FACT_CHECK", "record"),
+        // No quotes of the user's words after the summary, so that the summaries the
+        // tests compare are the fake LLM's; tests/api/words.rs turns them on.
+        ("SUMMARY_USER_WORDS_CHARS", "0"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -536,11 +539,15 @@ impl TestApp {
         .unwrap()
     }
 
-    /// The fake LLM answers every request with `summary` after `delay`.
+    /// The fake LLM answers every request with `summary` after `delay`, folding an
+    /// earlier summary in as a model should ([`Folding`]).
     pub async fn llm_answers(&self, summary: &str, delay: Duration) {
         Mock::given(method("POST"))
             .and(path("/chat/completions"))
-            .respond_with(completion(summary).set_delay(delay))
+            .respond_with(Folding {
+                summary: summary.to_owned(),
+                delay,
+            })
             .mount(&self.llm)
             .await;
     }
@@ -581,6 +588,48 @@ impl TestApp {
             shutdown.cancel();
             worker.await.unwrap().unwrap();
         }
+    }
+}
+
+/// A fake model that answers `summary`, and when the transcript holds an earlier summary,
+/// `summary` with a last bullet that states what came since: identifiers of the
+/// transcript that `summary` does not hold (a dozen at most) and how many messages it
+/// had. The worker refuses an answer that only echoes the earlier summary, so a fake
+/// that answered the same text to every compaction would be asked again forever.
+pub struct Folding {
+    pub summary: String,
+    pub delay: Duration,
+}
+
+impl wiremock::Respond for Folding {
+    fn respond(&self, request: &wiremock::Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let transcript: String = (body["messages"].as_array().into_iter().flatten())
+            .filter(|m| m["role"] == "user")
+            .filter_map(|m| m["content"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let text = match transcript.split_once("earlier summary]") {
+            Some((_, rest)) => {
+                // What follows the earlier summary: the messages after it.
+                let since = rest.split_once("\n[").map_or("", |(_, after)| after);
+                let own = summarizer::facts::FactSet::of_text(&self.summary);
+                let found = summarizer::facts::FactSet::of_text(since);
+                let new: Vec<&str> = (found.iter())
+                    .map(|(_, fact)| fact)
+                    .filter(|fact| !own.contains(fact))
+                    .take(12)
+                    .collect::<Vec<_>>();
+                format!(
+                    "{}\n- Since then ({} lines): {}",
+                    self.summary,
+                    since.lines().count(),
+                    new.join("; ")
+                )
+            }
+            None => self.summary.clone(),
+        };
+        completion(&text).set_delay(self.delay)
     }
 }
 

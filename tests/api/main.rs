@@ -48,3 +48,4 @@ mod skips;
 mod store;
 mod storm;
 mod wall;
+mod words;

@@ -86,7 +86,7 @@ async fn anthropic_overloaded_then_ok_compacts() {
         (model.as_str(), *prompt_tokens, *completion_tokens),
         ("claude-test-2026", Some(812), Some(64))
     );
-    assert_eq!(metadata["prompt_version"], "default-v3");
+    assert_eq!(metadata["prompt_version"], "default-v4");
     assert_eq!(metadata.get("fallback"), None);
     let written = app.messages("s").await.remove(0).content.unwrap();
     assert_eq!(without_note(&written), SUMMARY);

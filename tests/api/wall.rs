@@ -430,7 +430,10 @@ async fn odd_shapes_are_evicted_with_their_ends() {
             .unwrap();
         assert!(!fetched.is_empty());
         app.store.restore(&session, None).await.unwrap();
-        assert_eq!(app.messages(&session).await[2].content.as_deref(), Some(output.as_str()));
+        assert_eq!(
+            app.messages(&session).await[2].content.as_deref(),
+            Some(output.as_str())
+        );
     }
     assert!(app.check().await.is_clean(), "{}", app.check().await);
 }

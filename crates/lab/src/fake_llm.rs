@@ -1,6 +1,10 @@
 //! An OpenAI-compatible LLM on 127.0.0.1 for the chaos run and the benchmark: it answers
 //! with a valid summary after a delay drawn from a range, and fails a given share of
 //! calls with HTTP 500. Not a test double for unit tests (those use wiremock).
+//!
+//! Like a model should, it folds an earlier summary in rather than echoing it (the
+//! worker refuses an echo, docs/compaction.md "The acceptance gate"): when the transcript
+//! holds one, the answer ends with a bullet of the identifiers the newer messages added.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -63,7 +67,32 @@ pub async fn start(failure_rate: f64, delay_ms: Range<u64>) -> anyhow::Result<Fa
     Ok(FakeLlm { url, counts })
 }
 
-async fn complete(State(counts): State<Arc<Counts>>) -> Response {
+/// The summary to answer to `request`: [`SUMMARY`], with what came since when the
+/// transcript holds an earlier summary: identifiers of the messages after it that it
+/// does not hold (40 at most).
+fn answer(request: &serde_json::Value) -> String {
+    let transcript: String = (request["messages"].as_array().into_iter().flatten())
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    let Some((_, rest)) = transcript.split_once("earlier summary]") else {
+        return SUMMARY.to_owned();
+    };
+    let (earlier, since) = rest.split_once("\n[").unwrap_or((rest, ""));
+    let held = summarizer::facts::FactSet::of_text(earlier);
+    let found = summarizer::facts::FactSet::of_text(since);
+    let new: Vec<&str> = (found.iter())
+        .map(|(_, fact)| fact)
+        .filter(|fact| !held.contains(fact))
+        .take(40)
+        .collect();
+    format!("{SUMMARY}\n- Since then: {}", new.join("; "))
+}
+
+async fn complete(
+    State(counts): State<Arc<Counts>>,
+    Json(request): Json<serde_json::Value>,
+) -> Response {
     let delay = if counts.delay_ms.is_empty() {
         counts.delay_ms.start
     } else {
@@ -77,7 +106,7 @@ async fn complete(State(counts): State<Arc<Counts>>) -> Response {
     counts.answered.fetch_add(1, Ordering::Relaxed);
     Json(json!({
         "model": "chaos-model",
-        "choices": [{"message": {"role": "assistant", "content": SUMMARY}}],
+        "choices": [{"message": {"role": "assistant", "content": answer(&request)}}],
         "usage": {"prompt_tokens": 100, "completion_tokens": 30}
     }))
     .into_response()

@@ -32,10 +32,11 @@ use super::chunks;
 use crate::compaction::tokens;
 use crate::config::LlmSettings;
 use crate::message::Message;
+use crate::metrics::Metrics;
 use crate::prompt::{MissingFacts, Prompt, Transcript};
 use crate::protocol::Instructions;
 use crate::summarizer::{LlmError, Summarizer, SummaryRequest};
-use crate::summary::Summary;
+use crate::summary::{self, Rejected, Summary, added_since_summary};
 
 /// Context-length errors survived in one summarization before it fails: 0.7^4 is about
 /// a quarter of the configured budget, past which the setting is wrong, not a little off.
@@ -70,7 +71,11 @@ pub struct LlmSummarizer {
     prompt: Prompt,
     max_input_tokens: usize,
     summary_max_tokens: u32,
+    /// `SUMMARY_MAX_CHARS`: a longer answer is refused by the gate.
+    summary_max_chars: i64,
     deadline: Duration,
+    /// Where refused answers are counted (`summarizer_answers_refused_total`).
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl LlmSummarizer {
@@ -84,6 +89,19 @@ impl LlmSummarizer {
             settings.deadline,
         )
         .with_prompt(settings.prompt.clone())
+        .with_max_chars(settings.summary_max_chars)
+    }
+
+    /// `SUMMARY_MAX_CHARS`, when it is not three times `summary_max_tokens`.
+    pub fn with_max_chars(mut self, max_chars: usize) -> Self {
+        self.summary_max_chars = i64::try_from(max_chars).unwrap_or(i64::MAX);
+        self
+    }
+
+    /// Counts refused answers in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The system prompt in force (`SUMMARY_PROMPT_FILE`), instead of the default.
@@ -105,12 +123,19 @@ impl LlmSummarizer {
             prompt: Prompt::default(),
             max_input_tokens,
             summary_max_tokens,
+            summary_max_chars: i64::from(summary_max_tokens).saturating_mul(3),
             deadline,
+            metrics: None,
         }
     }
 
     /// The summary of `old`; with `missing`, a second attempt whose last request lists
     /// the identifiers a first summary left out.
+    ///
+    /// The last request's answer passes the acceptance gate ([`LlmSummarizer::gate`]):
+    /// an answer it refuses is asked for once more, the same request with a note saying
+    /// what was wrong, and a second refusal is [`LlmError::Refused`]. (A second attempt
+    /// of the fact check is not asked a third time: its refusal is the error.)
     async fn summarize_all(
         &self,
         context: &[Message],
@@ -120,6 +145,7 @@ impl LlmSummarizer {
     ) -> Result<Summary, LlmError> {
         let deadline = Instant::now() + self.deadline + PROVIDER_GRACE;
         let large = old.iter().map(|m| m.content.len()).sum::<usize>() > OFF_THREAD_CHARS;
+        let may_ask_again = missing.is_none();
         let (context, owned, system) = (
             context.to_vec(),
             old.to_vec(),
@@ -139,25 +165,30 @@ impl LlmSummarizer {
         let mut requests = 0;
         let mut truncations = 0;
         let mut max_tokens = self.summary_max_tokens;
-        let mut summary: Option<Summary> = None;
+        // The running summary the next request folds in, and the usage of every answer.
+        let mut running: Option<String> = None;
+        let mut usage: Option<Summary> = None;
+        let mut refused: Vec<&'static str> = Vec::new();
+        let mut refusal_note: Option<String> = None;
         loop {
-            let running = summary.as_ref().map(|s| s.text.clone());
             // After a cut-off answer, every later request asks for a shorter one too.
             let note = (truncations > 0).then(|| rendered.transcript.cut_off_note());
-            let note_tokens = note.as_deref().map_or(0, tokens::count);
+            let note = [note, refusal_note.clone()]
+                .into_iter()
+                .flatten()
+                .collect::<String>();
+            let note_tokens = tokens::count(&note);
             let (mut request, end) = self
                 .next_request(
                     &rendered,
                     large,
                     next,
                     (budget.saturating_sub(note_tokens), max_tokens),
-                    running,
+                    running.clone(),
                 )
                 .await?;
             request.model = model.map(str::to_owned);
-            if let Some(note) = note {
-                request.user.push_str(&note);
-            }
+            request.user.push_str(&note);
             requests += 1;
             let answered = tokio::time::timeout_at(deadline, self.chat.complete(&request))
                 .await
@@ -171,11 +202,43 @@ impl LlmSummarizer {
                 })?;
             match answered {
                 Ok(answer) => {
-                    summary = Some(merge_usage(summary, answer));
-                    next = end;
-                    if next >= rendered.pieces.len() {
-                        break;
+                    let last = end >= rendered.pieces.len();
+                    let text = answer.text.clone();
+                    usage = Some(merge_usage(usage, answer));
+                    if !last {
+                        running = Some(text);
+                        next = end;
+                        continue;
                     }
+                    let Err(rejected) = self.gate(&text, old) else {
+                        let mut summary = usage.take().unwrap_or_default();
+                        summary.text = summary::strip_ours(&text);
+                        summary.refused = refused;
+                        summary.prompt_version = Some(self.prompt.version().to_owned());
+                        return Ok(summary);
+                    };
+                    if let Some(metrics) = &self.metrics {
+                        metrics.answer_refused(rejected.rule());
+                    }
+                    if !may_ask_again || !refused.is_empty() {
+                        return Err(LlmError::Refused {
+                            rejected,
+                            paid: Box::new(usage.take().unwrap_or_default()),
+                        });
+                    }
+                    tracing::warn!(
+                        rule = rejected.rule(),
+                        error = %rejected,
+                        "the answer is not a summary the worker writes; asking once more"
+                    );
+                    refused.push(rejected.rule());
+                    let added = match &rejected {
+                        Rejected::Echo { .. } => added_since_summary(old)
+                            .map(|a| a.facts)
+                            .unwrap_or_default(),
+                        _ => Vec::new(),
+                    };
+                    refusal_note = Some(rendered.transcript.refused_note(&rejected, &added));
                 }
                 Err(LlmError::Truncated(cause)) if truncations < MAX_TRUNCATIONS => {
                     truncations += 1;
@@ -200,10 +263,21 @@ impl LlmSummarizer {
                 Err(e) => return Err(e),
             }
         }
-        let mut summary =
-            summary.ok_or_else(|| LlmError::Invalid("no request was answered".to_owned()))?;
-        summary.prompt_version = Some(self.prompt.version().to_owned());
-        Ok(summary)
+    }
+
+    /// The acceptance gate of a final answer: what [`summary::accept`] refuses, and an
+    /// echo of the earlier summary ([`summary::echoes`]), measured on the answer without
+    /// what it copied of the worker's own parts ([`summary::strip_ours`]). An answer not
+    /// shorter than what it replaces passes here: asking again cannot make a few words
+    /// of history longer (a forced compaction's), and the worker decides.
+    fn gate(&self, text: &str, old: &[Message]) -> Result<(), Rejected> {
+        let text = summary::strip_ours(text);
+        let replaced: i64 = old.iter().map(|m| m.chars).sum();
+        match summary::accept(&text, replaced, self.summary_max_chars) {
+            Ok(accepted) => summary::echoes(&accepted, old),
+            Err(Rejected::NotShorter { .. }) => Ok(()),
+            Err(rejected) => Err(rejected),
+        }
     }
 }
 

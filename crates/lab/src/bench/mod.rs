@@ -416,6 +416,8 @@ fn in_process_policy() -> Policy {
         failure_backoff: Duration::ZERO,
         failure_backoff_max: Duration::ZERO,
         summary_max_chars: 6_000,
+        // The default: quoting the user's words is part of writing a summary.
+        user_words_chars: summarizer::summary::words::DEFAULT_CHARS,
         // The default: the fact check is part of the worker's cost per compaction.
         fact_check: summarizer::config::FactCheck::default(),
         llm_deadline: Duration::from_secs(60),
