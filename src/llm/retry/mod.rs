@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
@@ -107,13 +108,31 @@ where
     let left = move || deadline.saturating_duration_since(Instant::now());
     // Atomic rather than a Cell: the retry future must stay Send.
     let attempts = AtomicU32::new(0);
+    // The last retried error's cause. A wait ends before the deadline, but on a busy
+    // machine the next attempt may start a moment after it: that attempt is not made,
+    // and the error that was being retried is the one reported, not "deadline reached".
+    let retried: Mutex<Option<String>> = Mutex::new(None);
     let backoff = ExponentialBuilder::default()
         .with_min_delay(policy.min_delay)
         .with_max_delay(policy.max_delay)
         .with_max_times(policy.max_retries);
     (|| {
-        attempts.fetch_add(1, Ordering::Relaxed);
-        attempt(left())
+        let left = left();
+        let cause = retried
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let attempt = match cause {
+            Some(cause) if left.is_zero() => Err(LlmError::Transient {
+                cause,
+                retry_after: None,
+            }),
+            _ => {
+                attempts.fetch_add(1, Ordering::Relaxed);
+                Ok(attempt(left))
+            }
+        };
+        async move { attempt?.await }
     })
     .retry(backoff)
     .when(LlmError::is_transient)
@@ -126,7 +145,10 @@ where
             left(),
         )
     })
-    .notify(|error, wait| on_retry(attempts.load(Ordering::Relaxed), error, wait))
+    .notify(|error, wait| {
+        *retried.lock().unwrap_or_else(PoisonError::into_inner) = Some(error.to_string());
+        on_retry(attempts.load(Ordering::Relaxed), error, wait);
+    })
     .await
 }
 

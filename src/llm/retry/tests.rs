@@ -320,3 +320,44 @@ proptest! {
         }
     }
 }
+
+/// A wait ends before the deadline, but the next attempt may start after it (here the
+/// thread is held past the deadline before the wait, as a busy machine would): the
+/// error being retried is reported, not the late attempt's "deadline reached".
+/// Real time, since paused time never runs late.
+#[tokio::test]
+async fn an_attempt_due_after_the_deadline_reports_the_error_being_retried() {
+    let policy = RetryPolicy {
+        max_retries: 5,
+        min_delay: MS,
+        max_delay: MS,
+        retry_after_cap: MS,
+        deadline: 50 * MS,
+    };
+    let attempts = AtomicU32::new(0);
+    let result: Result<(), LlmError> = with_retries(
+        &policy,
+        |left| {
+            attempts.fetch_add(1, Ordering::Relaxed);
+            let cause = if left.is_zero() {
+                "deadline reached"
+            } else {
+                "HTTP 500: upstream overloaded"
+            };
+            async move {
+                Err(LlmError::Transient {
+                    cause: cause.to_owned(),
+                    retry_after: None,
+                })
+            }
+        },
+        |_, _, _| std::thread::sleep(80 * MS),
+    )
+    .await;
+
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        "HTTP 500: upstream overloaded"
+    );
+    assert_eq!(attempts.load(Ordering::Relaxed), 1);
+}
