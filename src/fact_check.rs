@@ -82,6 +82,19 @@ pub fn worth_retrying(policy: FactCheck, recall: &Recall) -> bool {
     policy.mode == FactCheckMode::Retry && recall.ratio() < policy.min_recall
 }
 
+/// Whether `first` is worth a second attempt under `policy`, as the worker and the
+/// evaluation decide it: [`worth_retrying`], written by the LLM (a summary from the
+/// extractive fallback means the LLM just failed) at its first answer (one the
+/// acceptance gate refused was asked again already: one more request per compaction),
+/// and with a minimum a summary within `max_chars` could reach ([`attainable`]).
+/// Whether the summarizer can do better is the summarizer's to say.
+pub fn asks_again(policy: FactCheck, first: &Checked, facts: &FactSet, max_chars: usize) -> bool {
+    worth_retrying(policy, &first.recall)
+        && first.summary.fallback_reason.is_none()
+        && first.summary.refused.is_empty()
+        && attainable(facts, policy.min_recall, max_chars)
+}
+
 /// Whether any summary within `max_chars` could keep `min_recall` of the identifiers a
 /// summary can copy (those of at most [`MAX_LISTED_FACT_CHARS`] characters, the ones a
 /// second attempt lists): the shortest that many, each with a separator, fit in it. When

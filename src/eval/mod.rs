@@ -31,7 +31,7 @@ use crate::llm;
 use crate::metrics::Metrics;
 use crate::summarizer::Summarizer;
 use corpus::{Kind, Scenario};
-use play::{Checks, Play, Tally};
+use play::{Checks, Ended, Play, Tally};
 
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
@@ -62,6 +62,11 @@ pub struct EvalArgs {
     /// Stop each scenario after its Nth compaction.
     #[arg(long, value_name = "N")]
     pub compactions: Option<NonZeroUsize>,
+    /// Also print each compaction to stderr as it ends (with `--summaries`, its summary;
+    /// with `--missing`, what the agent lacks): a real model takes minutes per
+    /// compaction, and a run cut short still tells what it saw.
+    #[arg(long)]
+    pub progress: bool,
 }
 
 /// A threshold and keep to play the corpus at.
@@ -128,6 +133,12 @@ pub async fn run(settings: Settings, args: EvalArgs) -> anyhow::Result<()> {
             .into_iter()
             .filter(|s| args.setting.as_deref().is_none_or(|name| name == s.name))
         {
+            let progress = args.progress.then_some(Progress {
+                summarizer: name,
+                setting: setting.name,
+                summaries: args.summaries,
+                missing: args.missing,
+            });
             reports.push(
                 evaluate(
                     name,
@@ -140,6 +151,7 @@ pub async fn run(settings: Settings, args: EvalArgs) -> anyhow::Result<()> {
                         user_words_chars: settings.llm.user_words_chars,
                     },
                     until,
+                    progress,
                 )
                 .await,
             );
@@ -189,6 +201,7 @@ pub async fn evaluate(
     setting: Setting,
     checks: Checks,
     until: Option<usize>,
+    progress: Option<Progress<'_>>,
 ) -> Report {
     let limits = Limits {
         threshold_chars: setting.threshold_chars,
@@ -196,7 +209,12 @@ pub async fn evaluate(
     };
     let mut scenarios = Vec::new();
     for scenario in corpus {
-        let played = play::play(scenario, summarizer, limits, checks, until).await;
+        let mut on_end = |ended: Ended<'_>, play: &Play| {
+            if let Some(progress) = &progress {
+                eprint!("{}", progress.line(&scenario.name, &ended, play));
+            }
+        };
+        let played = play::play(scenario, summarizer, limits, checks, until, &mut on_end).await;
         scenarios.push(ScenarioReport::new(scenario, played));
     }
     let all = Figures::pooled(scenarios.iter().map(|s| &s.figures));
@@ -205,6 +223,66 @@ pub async fn evaluate(
         setting,
         scenarios,
         all,
+    }
+}
+
+/// What `--progress` prints as each compaction ends.
+pub struct Progress<'a> {
+    pub summarizer: &'a str,
+    pub setting: &'a str,
+    /// With the summary written.
+    pub summaries: bool,
+    /// With what the agent lacks after it.
+    pub missing: bool,
+}
+
+impl Progress<'_> {
+    /// One compaction of `scenario`: a line of figures (compacted so far, and of those
+    /// the ones the context holds), then the summary and what is missing when asked.
+    fn line(&self, scenario: &str, ended: &Ended<'_>, play: &Play) -> String {
+        let n = play.compactions.len() + play.failures.len() + 1;
+        let head = format!("[{} at {}] {scenario} #{n}", self.summarizer, self.setting);
+        let so_far = format!(
+            "fact-check retries {}, refused answers {} so far",
+            play.fact_retries, play.refused
+        );
+        let c = match ended {
+            Ended::Failed(why) => return format!("{head} failed: {why}; {so_far}\n"),
+            Ended::Written(c) => c,
+        };
+        let tally = |t: Tally| format!("{}/{}", t.known, t.compacted);
+        let kinds: Vec<String> = (Kind::ALL.iter())
+            .map(|k| format!("{} {}", k.as_str(), tally(c.by_kind[k.index()])))
+            .collect();
+        let mut out = format!(
+            "{head} written in {:.1} s: {} chars -> {}; identifiers {}/{}, {}, rules {}; \
+             {so_far}\n",
+            c.millis / 1000.0,
+            c.removed_chars,
+            c.summary_chars,
+            c.known,
+            c.compacted,
+            kinds.join(", "),
+            tally(c.rules),
+        );
+        if self.missing {
+            for (what, missing) in [
+                ("identifiers", &c.missing),
+                ("statements", &c.statements_missing),
+                ("task state", &c.task_missing),
+                ("rules", &c.rules_missing),
+            ] {
+                if !missing.is_empty() {
+                    out.push_str(&format!("  {what} missing: {}\n", missing.join("; ")));
+                }
+            }
+        }
+        if self.summaries {
+            for line in c.summary.lines() {
+                out.push_str(&format!("  | {line}\n"));
+            }
+        }
+        out
     }
 }
 
@@ -661,6 +739,7 @@ mod tests {
                 setting,
                 Checks::defaults(6_000),
                 None,
+                None,
             )
             .await;
             let all = &report.all;
@@ -723,6 +802,42 @@ mod tests {
         }
     }
 
+    /// `--progress` tells of each compaction as it ends, numbered as the report counts
+    /// them, with the summary the agent reads.
+    #[tokio::test]
+    async fn progress_tells_of_each_compaction_as_it_ends() {
+        let corpus = corpus::built_in().unwrap();
+        let scenario = &corpus[0];
+        let progress = Progress {
+            summarizer: "extractive",
+            setting: "tight",
+            summaries: true,
+            missing: false,
+        };
+        let mut lines = Vec::new();
+        let played = play::play(
+            scenario,
+            &Extractive::new(6_000),
+            Limits {
+                threshold_chars: SETTINGS[1].threshold_chars,
+                keep_chars: SETTINGS[1].keep_chars,
+            },
+            Checks::defaults(6_000),
+            Some(3),
+            &mut |ended, play| lines.push(progress.line(&scenario.name, &ended, play)),
+        )
+        .await;
+
+        assert_eq!(played.compactions.len(), 3);
+        assert_eq!(lines.len(), 3);
+        for (k, (line, c)) in lines.iter().zip(&played.compactions).enumerate() {
+            let head = format!("[extractive at tight] {} #{} written", scenario.name, k + 1);
+            assert!(line.starts_with(&head), "{line}");
+            let first = c.summary.lines().next().unwrap();
+            assert!(line.contains(&format!("\n  | {first}\n")), "{line}");
+        }
+    }
+
     /// A finding is a statement: never a question, never a list of identifiers, never
     /// cut inside a word or a number (it ends whole, or with an ellipsis after a word).
     #[tokio::test]
@@ -740,6 +855,7 @@ mod tests {
                     limits,
                     Checks::defaults(6_000),
                     None,
+                    &mut |_, _| {},
                 )
                 .await;
                 for c in &played.compactions {

@@ -142,6 +142,14 @@ pub struct Play {
     pub refused: usize,
 }
 
+/// A compaction as it ends, for a report that cannot wait for the whole run (a real
+/// model takes minutes per compaction): what it wrote, or why the summarizer or the
+/// check refused it, with the play's running counts.
+pub enum Ended<'a> {
+    Written(&'a Compaction),
+    Failed(&'a str),
+}
+
 /// What the worker does with a summary before it writes it, as the settings say.
 #[derive(Clone, Copy, Debug)]
 pub struct Checks {
@@ -174,6 +182,7 @@ pub async fn play(
     limits: Limits,
     checks: Checks,
     until: Option<usize>,
+    on_end: &mut dyn FnMut(Ended<'_>, &Play),
 ) -> Play {
     let facts: Vec<(usize, Probe<'_>)> = (scenario.phases.iter().enumerate())
         .flat_map(|(i, phase)| {
@@ -218,7 +227,10 @@ pub async fn play(
                 summarize(summarizer, &context, &old, removed_chars, checks, &mut play).await;
             let millis = started.elapsed().as_secs_f64() * 1000.0;
             match checked {
-                Err(e) => play.failures.push(e),
+                Err(e) => {
+                    on_end(Ended::Failed(&e), &play);
+                    play.failures.push(e);
+                }
                 Ok(text) => {
                     mark_compacted(&facts, &old, &mut compacted);
                     for (probes, done) in statements.iter().zip(&mut statements_compacted) {
@@ -240,7 +252,7 @@ pub async fn play(
                     for (tally, known) in by_kind[1..].iter_mut().zip(&task) {
                         *tally = known.tally();
                     }
-                    play.compactions.push(Compaction {
+                    let compaction = Compaction {
                         removed_chars,
                         summary_chars: char_count(&text),
                         millis,
@@ -257,7 +269,9 @@ pub async fn play(
                         rules: of_rules.tally(),
                         rules_missing: of_rules.missing,
                         summary: text,
-                    });
+                    };
+                    on_end(Ended::Written(&compaction), &play);
+                    play.compactions.push(compaction);
                 }
             }
         }
@@ -304,20 +318,20 @@ async fn summarize(
     play.refused += summary.refused.len();
     let facts = FactSet::established_in(old);
     let recall = facts.recall(&finish(text.clone()));
-    if !fact_check::worth_retrying(checks.fact_check, &recall)
-        || !summary.refused.is_empty()
-        || !summarizer.can_do_better()
-    {
-        return Ok(finish(text));
-    }
-    let missing = facts.said_in(old, &recall.missing, crate::prompt::MAX_LISTED_FACTS);
-    let again = summarizer.summarize(request.again(&missing));
-    play.fact_retries += 1;
     let first = Checked {
         summary,
         text,
         recall,
     };
+    let max_chars = usize::try_from(checks.max_chars).unwrap_or(usize::MAX);
+    if !fact_check::asks_again(checks.fact_check, &first, &facts, max_chars)
+        || !summarizer.can_do_better()
+    {
+        return Ok(finish(first.text));
+    }
+    let missing = facts.said_in(old, &first.recall.missing, crate::prompt::MAX_LISTED_FACTS);
+    let again = summarizer.summarize(request.again(&missing));
+    play.fact_retries += 1;
     match again.await.map_err(|e| e.to_string()).and_then(check) {
         Ok((summary, text)) => {
             let recall = facts.recall(&finish(text.clone()));

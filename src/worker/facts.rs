@@ -92,22 +92,10 @@ impl Worker {
         (kept.summary, kept.text, Some(figures))
     }
 
-    /// Whether `first` is worth a second attempt: below the minimum in `retry` mode,
-    /// written by the LLM (a summary from the extractive fallback means the LLM just
-    /// failed) at its first answer (one the acceptance gate refused was asked again
-    /// already), and with a minimum a summary could reach ([`fact_check::attainable`]).
-    /// Whether the summarizer can do better is its own to say.
+    /// Whether `first` is worth a second attempt ([`fact_check::asks_again`]).
     fn asks_again(&self, first: &Checked, facts: &FactSet) -> bool {
-        let policy = self.policy.fact_check;
-        fact_check::worth_retrying(policy, &first.recall)
-            && first.summary.fallback_reason.is_none()
-            // The acceptance gate asked again already: one more request per compaction.
-            && first.summary.refused.is_empty()
-            && fact_check::attainable(
-                facts,
-                policy.min_recall,
-                usize::try_from(self.policy.summary_max_chars).unwrap_or(usize::MAX),
-            )
+        let max_chars = usize::try_from(self.policy.summary_max_chars).unwrap_or(usize::MAX);
+        fact_check::asks_again(self.policy.fact_check, first, facts, max_chars)
     }
 
     /// One more attempt, listing what `first` lost: the better of the two, and how the
