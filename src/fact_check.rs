@@ -117,26 +117,15 @@ pub fn attainable(facts: &FactSet, min_recall: f64, max_chars: usize) -> bool {
 
 /// The better of the first summary and a second attempt that passed the template check:
 /// the second when it states strictly more facts (a tie keeps the first, which was
-/// written without being told what to keep). The one kept carries the token usage of
-/// both calls, since both were paid for.
+/// written without being told what to keep). (Both were paid for: the compaction's
+/// meter counted both, see [`crate::usage`].)
 pub fn better(first: Checked, second: Checked) -> (Checked, RetryOutcome) {
     // Both were measured against the same facts, so counts compare exactly.
     if second.recall.stated > first.recall.stated {
-        (
-            with_usage_of(second, &first.summary),
-            RetryOutcome::Improved,
-        )
+        (second, RetryOutcome::Improved)
     } else {
-        (
-            with_usage_of(first, &second.summary),
-            RetryOutcome::NotImproved,
-        )
+        (first, RetryOutcome::NotImproved)
     }
-}
-
-fn with_usage_of(mut kept: Checked, other: &Summary) -> Checked {
-    kept.summary.add_usage(other);
-    kept
 }
 
 #[cfg(test)]
@@ -153,13 +142,11 @@ mod tests {
         }
     }
 
-    fn checked(text: &str, kept: usize, tokens: (i64, i64)) -> Checked {
+    fn checked(text: &str, kept: usize) -> Checked {
         Checked {
             summary: Summary {
                 text: text.to_owned(),
                 model: "m".to_owned(),
-                prompt_tokens: Some(tokens.0),
-                completion_tokens: Some(tokens.1),
                 ..Summary::default()
             },
             text: text.to_owned(),
@@ -214,36 +201,22 @@ mod tests {
     }
 
     #[test]
-    fn a_second_summary_that_keeps_more_facts_replaces_the_first_with_both_calls_tokens() {
-        let (kept, outcome) = better(
-            checked("first", 5, (800, 60)),
-            checked("second", 9, (900, 70)),
-        );
+    fn a_second_summary_that_keeps_more_facts_replaces_the_first() {
+        let (kept, outcome) = better(checked("first", 5), checked("second", 9));
 
         assert_eq!(outcome, RetryOutcome::Improved);
         assert_eq!(kept.text, "second");
         assert_eq!(kept.recall, recall(10, 9));
-        assert_eq!(
-            (kept.summary.prompt_tokens, kept.summary.completion_tokens),
-            (Some(1700), Some(130))
-        );
     }
 
     #[test]
-    fn a_second_summary_that_keeps_no_more_leaves_the_first_with_both_calls_tokens() {
+    fn a_second_summary_that_keeps_no_more_leaves_the_first() {
         for second_kept in [5, 4, 0] {
-            let (kept, outcome) = better(
-                checked("first", 5, (800, 60)),
-                checked("second", second_kept, (900, 70)),
-            );
+            let (kept, outcome) = better(checked("first", 5), checked("second", second_kept));
 
             assert_eq!(outcome, RetryOutcome::NotImproved, "{second_kept}");
             assert_eq!(kept.text, "first", "a tie keeps the first");
             assert_eq!(kept.recall, recall(10, 5));
-            assert_eq!(
-                (kept.summary.prompt_tokens, kept.summary.completion_tokens),
-                (Some(1700), Some(130))
-            );
         }
     }
 

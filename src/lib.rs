@@ -85,6 +85,7 @@ pub mod summary;
 pub mod tables;
 pub mod telemetry;
 pub mod transport;
+pub mod usage;
 pub mod worker;
 
 pub use summarizer_client::error_chain;

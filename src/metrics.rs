@@ -42,6 +42,11 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PrecomputedLabels {
     precomputed: &'static str,
 }
@@ -64,6 +69,8 @@ pub struct Metrics {
     compaction_seconds: Histogram,
     llm_seconds: Histogram,
     llm_retries: Counter,
+    llm_requests: Counter,
+    llm_tokens: Family<KindLabels, Counter>,
     llm_failures: Family<CauseLabels, Counter>,
     chars_compacted: Counter,
     clearings: Counter,
@@ -103,6 +110,8 @@ impl Metrics {
         let compaction_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 16));
         let llm_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 16));
         let llm_retries = Counter::default();
+        let llm_requests = Counter::default();
+        let llm_tokens = Family::<KindLabels, Counter>::default();
         let llm_failures = Family::<CauseLabels, Counter>::default();
         let chars_compacted = Counter::default();
         let clearings = Counter::default();
@@ -147,6 +156,17 @@ impl Metrics {
             "llm_retries",
             "LLM attempts retried after a transient failure",
             llm_retries.clone(),
+        );
+        r.register(
+            "llm_requests",
+            "Requests sent to the LLM provider, retries included, answered or not",
+            llm_requests.clone(),
+        );
+        r.register(
+            "llm_tokens",
+            "Tokens the LLM provider reported, by kind: prompt, completion, and \
+             cached_prompt (the part of prompt read from its prompt cache)",
+            llm_tokens.clone(),
         );
         r.register(
             "llm_failures",
@@ -270,6 +290,8 @@ impl Metrics {
             compaction_seconds,
             llm_seconds,
             llm_retries,
+            llm_requests,
+            llm_tokens,
             llm_failures,
             chars_compacted,
             clearings,
@@ -320,6 +342,29 @@ impl Metrics {
 
     pub fn llm_took(&self, seconds: f64) {
         self.llm_seconds.observe(seconds);
+    }
+
+    /// A request to the LLM provider is on its way.
+    pub fn llm_requested(&self) {
+        self.llm_requests.inc();
+    }
+
+    /// An answer's usage, as the provider reported it, each figure at most
+    /// [`MAX_RECORDED_TOKENS`](crate::usage::MAX_RECORDED_TOKENS): a provider reporting
+    /// nonsense cannot wrap a counter around.
+    pub fn llm_answered(&self, usage: crate::usage::Reported) {
+        for (kind, tokens) in [
+            ("prompt", usage.prompt_tokens),
+            ("completion", usage.completion_tokens),
+            ("cached_prompt", usage.cached_prompt_tokens),
+        ] {
+            let tokens = tokens.map(|t| t.min(crate::usage::MAX_RECORDED_TOKENS));
+            if let Some(tokens) = tokens.and_then(|t| u64::try_from(t).ok()) {
+                self.llm_tokens
+                    .get_or_create(&KindLabels { kind })
+                    .inc_by(tokens);
+            }
+        }
     }
 
     pub fn llm_retried(&self) {

@@ -14,6 +14,7 @@ use crate::facts::MissingFact;
 use crate::message::Message;
 use crate::protocol::Instructions;
 use crate::summary::Summary;
+use crate::usage::Meter;
 
 /// Why no summary came back. Only [`LlmError::Transient`] is retried.
 #[derive(Debug, thiserror::Error)]
@@ -43,24 +44,13 @@ pub enum LlmError {
     #[error("the answer was cut off at the output limit: {0}")]
     Truncated(String),
     /// The answer, asked for twice, was not a summary the worker writes: the rule the
-    /// last one broke (see [`crate::summary::accept`] and [`crate::summary::echoes`]),
-    /// and the usage of every answer, which was paid for all the same.
-    #[error("the answer was refused twice ({rule}): {rejected}", rule = rejected.rule())]
-    Refused {
-        rejected: crate::summary::Rejected,
-        paid: Box<crate::summary::Summary>,
-    },
+    /// last one broke (see [`crate::summary::accept`] and [`crate::summary::echoes`]).
+    /// Every answer was paid for all the same: the request's [`Meter`] counted it.
+    #[error("the answer was refused twice ({rule}): {0}", rule = .0.rule())]
+    Refused(crate::summary::Rejected),
 }
 
 impl LlmError {
-    /// The usage of the answers that came before the error, when it holds them.
-    pub fn paid(&self) -> Option<&crate::summary::Summary> {
-        match self {
-            Self::Refused { paid, .. } => Some(paid),
-            _ => None,
-        }
-    }
-
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Transient { .. })
     }
@@ -80,7 +70,7 @@ impl LlmError {
             Self::Invalid(_) => "invalid_response",
             Self::ContextLength(_) => "context_length",
             Self::Truncated(_) => "truncated",
-            Self::Refused { .. } => "refused",
+            Self::Refused(_) => "refused",
         }
     }
 }
@@ -104,6 +94,9 @@ pub struct SummaryRequest<'a> {
     /// with the statement it was said in, in order of first appearance (the summarizer
     /// lists as many as its request has room for). Empty for a first attempt.
     pub missing: &'a [MissingFact],
+    /// Where the requests made for it, and their answers' usage, are counted: the
+    /// compaction's (docs/protocol.md, "The schema"). `None` counts nothing.
+    pub meter: Option<&'a Meter>,
 }
 
 impl<'a> SummaryRequest<'a> {
@@ -112,6 +105,15 @@ impl<'a> SummaryRequest<'a> {
         Self {
             old,
             ..Self::default()
+        }
+    }
+
+    /// This request with its requests counted into `meter`.
+    #[must_use]
+    pub fn metered(self, meter: &'a Meter) -> Self {
+        Self {
+            meter: Some(meter),
+            ..self
         }
     }
 

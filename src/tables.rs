@@ -59,6 +59,11 @@ pub fn stats(report: &StatsReport) -> String {
             ("prompt_tokens", stats.prompt_tokens.to_string()),
             ("completion_tokens", stats.completion_tokens.to_string()),
             (
+                "cached_prompt_tokens",
+                stats.cached_prompt_tokens.to_string(),
+            ),
+            ("llm_requests", stats.llm_requests.to_string()),
+            (
                 "last_summarization_at",
                 stats
                     .last_summarization_at
@@ -76,14 +81,20 @@ pub fn stats(report: &StatsReport) -> String {
         if !report.daily.is_empty() {
             let _ = writeln!(
                 f,
-                "\n{:<12}{:>12}{:>14}{:>10}",
-                "day", "compactions", "chars", "failures"
+                "\n{:<12}{:>12}{:>14}{:>10}{:>10}{:>14}{:>14}",
+                "day", "compactions", "chars", "failures", "requests", "prompt", "cached"
             );
             for d in &report.daily {
                 let _ = writeln!(
                     f,
-                    "{:<12}{:>12}{:>14}{:>10}",
-                    d.day, d.compactions, d.chars_removed, d.failures
+                    "{:<12}{:>12}{:>14}{:>10}{:>10}{:>14}{:>14}",
+                    d.day,
+                    d.compactions,
+                    d.chars_removed,
+                    d.failures,
+                    d.llm_requests,
+                    d.prompt_tokens,
+                    d.cached_prompt_tokens
                 );
             }
         }

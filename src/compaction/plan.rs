@@ -102,6 +102,7 @@ impl Plan {
             model: self.model.as_deref(),
             instructions: self.instructions.as_ref(),
             missing: &[],
+            meter: None,
         }
     }
 

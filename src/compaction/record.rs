@@ -12,6 +12,7 @@ use crate::fact_check::Figures;
 use crate::message::char_count;
 use crate::protocol::Instructions;
 use crate::summary::Summary;
+use crate::usage::Usage;
 
 use super::tokens;
 
@@ -31,6 +32,9 @@ pub struct Written {
     pub text: String,
     /// The fact check's figures; `None` when it is off.
     pub facts: Option<Figures>,
+    /// Every request the summary took and what their answers reported
+    /// ([`crate::usage`]).
+    pub usage: Usage,
 }
 
 /// Who asked for a compaction, and under which lease: the turn's side of its record.
@@ -69,8 +73,10 @@ pub struct Record<'a> {
     /// The session's own model (`session_settings.model`), recorded in the usage event's
     /// metadata as `requested_model` when set.
     pub requested_model: Option<&'a str>,
-    pub prompt_tokens: Option<i64>,
-    pub completion_tokens: Option<i64>,
+    /// Every request of the compaction, and the usage its answers reported: the usage
+    /// event's `prompt_tokens`, `completion_tokens` and `cached_prompt_tokens` columns
+    /// and its `llm_requests`. Nothing for a clearing alone.
+    pub usage: Usage,
     /// The prompt's version, when a prompt asked for the summary.
     pub prompt_version: Option<&'a str>,
     /// Why the fallback summarizer wrote it, when it did (`LLM_FALLBACK`).
@@ -127,8 +133,7 @@ impl<'a> Record<'a> {
             text: written.map_or("", |w| &w.text),
             model: summary.map_or(CLEARING_MODEL, |s| &s.model),
             requested_model: written.and(plan.model.as_deref()),
-            prompt_tokens: summary.and_then(|s| s.prompt_tokens),
-            completion_tokens: summary.and_then(|s| s.completion_tokens),
+            usage: written.map(|w| w.usage.recorded()).unwrap_or_default(),
             prompt_version: summary.and_then(|s| s.prompt_version.as_deref()),
             fallback_reason: summary.and_then(|s| s.fallback_reason.as_deref()),
             refused: summary.map_or(&[], |s| s.refused.as_slice()),
@@ -159,6 +164,7 @@ impl<'a> Record<'a> {
         let mut metadata = json!({
             "tokens_removed": self.tokens_removed,
             "summary_tokens": self.summary_tokens,
+            "llm_requests": self.usage.requests,
         });
         if let Some(version) = self.prompt_version {
             metadata["prompt_version"] = json!(version);
@@ -334,9 +340,14 @@ mod tests {
             },
             text: "**Investigating:** x".to_owned(),
             facts: None,
+            usage: Usage {
+                requests: 3,
+                ..Usage::default()
+            },
         };
         let record = Record::new(&plan, turn(), Some(&written), 12);
         let event = record.event_metadata();
+        assert_eq!(event["llm_requests"], 3);
         assert_eq!(event["messages_removed"], json!(plan.removed_seqs.len()));
         assert_eq!(event["request_id"], "r1");
         assert_eq!(event["job_id"], "job-7");

@@ -243,8 +243,8 @@ impl Progress<'_> {
         let n = play.compactions.len() + play.failures.len() + 1;
         let head = format!("[{} at {}] {scenario} #{n}", self.summarizer, self.setting);
         let so_far = format!(
-            "fact-check retries {}, refused answers {} so far",
-            play.fact_retries, play.refused
+            "fact-check retries {}, refused answers {}, requests {} so far",
+            play.fact_retries, play.refused, play.llm_requests
         );
         let c = match ended {
             Ended::Failed(why) => return format!("{head} failed: {why}; {so_far}\n"),
@@ -254,10 +254,14 @@ impl Progress<'_> {
         let kinds: Vec<String> = (Kind::ALL.iter())
             .map(|k| format!("{} {}", k.as_str(), tally(c.by_kind[k.index()])))
             .collect();
+        let tokens = |t: Option<i64>| t.map_or_else(|| "-".to_owned(), |t| t.to_string());
         let mut out = format!(
-            "{head} written in {:.1} s: {} chars -> {}; identifiers {}/{}, {}, rules {}; \
-             {so_far}\n",
+            "{head} written in {:.1} s, {} requests ({} prompt, {} completion tokens): {} \
+             chars -> {}; identifiers {}/{}, {}, rules {}; {so_far}\n",
             c.millis / 1000.0,
+            c.llm_requests,
+            tokens(c.prompt_tokens),
+            tokens(c.completion_tokens),
             c.removed_chars,
             c.summary_chars,
             c.known,
@@ -404,6 +408,7 @@ impl ScenarioReport {
             fact_retries: played.fact_retries,
             retries_per_compaction: None,
             answers_refused: played.refused,
+            llm_requests: played.llm_requests,
         };
         figures.retries_per_compaction = figures.retries_rate();
         if let Some(last) = played.compactions.last() {
@@ -509,6 +514,8 @@ pub struct Figures {
     pub retries_per_compaction: Option<f64>,
     /// Answers the acceptance gate refused (each asked for again).
     pub answers_refused: usize,
+    /// Requests sent to the provider (0 for the extractive summarizer).
+    pub llm_requests: i64,
 }
 
 /// Recall after the 1st, 2nd and 5th compaction, by kind of statement.
@@ -587,6 +594,7 @@ impl Figures {
             fact_retries: sum.fact_retries + f.fact_retries,
             retries_per_compaction: None,
             answers_refused: sum.answers_refused + f.answers_refused,
+            llm_requests: sum.llm_requests + f.llm_requests,
         });
         pooled.retries_per_compaction = pooled.retries_rate();
         pooled
@@ -672,7 +680,7 @@ impl fmt::Display for Report {
         };
         writeln!(
             f,
-            "{:<22} {:>5}  {:<17}  {:<17}  {:<17}  {:<17}  {:<17}  {:>9} {:>8}",
+            "{:<22} {:>5}  {:<17}  {:<17}  {:<17}  {:<17}  {:<17}  {:>9} {:>8} {:>9}",
             "",
             "",
             "finding",
@@ -681,26 +689,34 @@ impl fmt::Display for Report {
             "next step",
             "rules verbatim",
             "retries",
-            "refused"
+            "refused",
+            "requests"
         )?;
         write!(f, "{:<22} {:>5}", "scenario", "comp.")?;
         for _ in 0..5 {
             group(f, ["1", "2", "5"].map(str::to_owned))?;
         }
-        writeln!(f, "  {:>9} {:>8}", "per comp.", "answers")?;
+        writeln!(
+            f,
+            "  {:>9} {:>8} {:>9}",
+            "per comp.", "answers", "per comp."
+        )?;
         let block = |f: &mut fmt::Formatter<'_>, name: &str, figures: &Figures| {
             write!(f, "{:<22} {:>5}", name, figures.compactions)?;
             for kind in Kind::ALL {
                 group(f, after(figures.by_kind.get(kind)))?;
             }
             group(f, after(&figures.rules_after))?;
+            let requests = (figures.compactions > 0)
+                .then(|| figures.llm_requests as f64 / figures.compactions as f64);
             writeln!(
                 f,
-                "  {:>9} {:>8}",
+                "  {:>9} {:>8} {:>9}",
                 figures
                     .retries_per_compaction
                     .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
-                figures.answers_refused
+                figures.answers_refused,
+                requests.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
             )
         };
         for scenario in &self.scenarios {

@@ -25,6 +25,7 @@ use crate::facts::{FactSet, contains_word};
 use crate::message::{Message, Role, char_count};
 use crate::summarizer::{Summarizer, SummaryRequest};
 use crate::summary;
+use crate::usage::Meter;
 
 /// What one compaction did, and what the agent knew after it.
 #[derive(Clone, Debug, Serialize)]
@@ -62,6 +63,12 @@ pub struct Compaction {
     /// The summary written.
     #[serde(skip)]
     pub summary: String,
+    /// The requests it took (first answers, the acceptance gate's and the fact check's
+    /// second asks, retries), and the prompt and completion tokens their answers
+    /// reported: what the worker's usage event records.
+    pub llm_requests: i64,
+    pub prompt_tokens: Option<i64>,
+    pub completion_tokens: Option<i64>,
 }
 
 /// Of some planted facts: how many were compacted so far, and how many of those the
@@ -140,6 +147,9 @@ pub struct Play {
     /// Answers the acceptance gate refused and asked again for (an echo of the earlier
     /// summary, an acknowledgement: docs/compaction.md, "The acceptance gate").
     pub refused: usize,
+    /// Requests sent to the summarizer's provider, those of compactions that failed
+    /// included.
+    pub llm_requests: i64,
 }
 
 /// A compaction as it ends, for a report that cannot wait for the whole run (a real
@@ -223,9 +233,12 @@ pub async fn play(
                 .collect();
             let removed_chars = split.chars_removed(&session);
             let started = Instant::now();
-            let checked =
-                summarize(summarizer, &context, &old, removed_chars, checks, &mut play).await;
+            let meter = Meter::new();
+            let asked = (&context[..], &old[..], &meter);
+            let checked = summarize(summarizer, asked, removed_chars, checks, &mut play).await;
             let millis = started.elapsed().as_secs_f64() * 1000.0;
+            let usage = meter.total();
+            play.llm_requests += usage.requests;
             match checked {
                 Err(e) => {
                     on_end(Ended::Failed(&e), &play);
@@ -269,6 +282,9 @@ pub async fn play(
                         rules: of_rules.tally(),
                         rules_missing: of_rules.missing,
                         summary: text,
+                        llm_requests: usage.requests,
+                        prompt_tokens: usage.prompt_tokens,
+                        completion_tokens: usage.completion_tokens,
                     };
                     on_end(Ended::Written(&compaction), &play);
                     play.compactions.push(compaction);
@@ -285,8 +301,7 @@ pub async fn play(
 /// the old part established, measured with the user's words the worker quotes.
 async fn summarize(
     summarizer: &dyn Summarizer,
-    context: &[Message],
-    old: &[Message],
+    (context, old, meter): (&[Message], &[Message], &Meter),
     removed_chars: i64,
     checks: Checks,
     play: &mut Play,
@@ -308,6 +323,7 @@ async fn summarize(
     let request = SummaryRequest {
         old,
         context,
+        meter: Some(meter),
         ..SummaryRequest::default()
     };
     let (summary, text) = summarizer

@@ -23,6 +23,7 @@ use crate::config::LlmSettings;
 use crate::metrics::Metrics;
 use crate::summarizer::LlmError;
 use crate::summary::Summary;
+use crate::usage::{Meter, Reported};
 
 /// The API version this client speaks (the `anthropic-version` header).
 pub const API_VERSION: &str = "2023-06-01";
@@ -52,7 +53,11 @@ impl AnthropicClient {
         })
     }
 
-    async fn complete(&self, request: &ChatRequest) -> Result<Summary, LlmError> {
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        meter: Option<&Meter>,
+    ) -> Result<Summary, LlmError> {
         let model = request.model.as_ref().unwrap_or(&self.settings.model);
         let body = json!({
             "model": model,
@@ -61,14 +66,14 @@ impl AnthropicClient {
             "system": request.system,
             "messages": [{"role": "user", "content": request.user}],
         });
-        let attempt = |timeout: Duration| self.attempt(&body, model, timeout);
-        http::with_logged_retries(&self.settings, &self.metrics, attempt).await
+        let attempt = |timeout: Duration| self.attempt(&body, (model, meter), timeout);
+        http::with_logged_retries(&self.settings, (&self.metrics, meter), attempt).await
     }
 
     async fn attempt(
         &self,
         body: &serde_json::Value,
-        model: &str,
+        (model, meter): (&str, Option<&Meter>),
         timeout: Duration,
     ) -> Result<Summary, LlmError> {
         let key = &self.settings.api_key;
@@ -80,7 +85,9 @@ impl AnthropicClient {
             .json(body);
         let answer = http::send(request, timeout, key).await?;
         if answer.status.is_success() {
-            let mut summary = parse(&answer.body)?;
+            let (usage, parsed) = parse(&answer.body);
+            http::answered(&self.metrics, meter, usage);
+            let mut summary = parsed?;
             if summary.model.is_empty() {
                 model.clone_into(&mut summary.model);
             }
@@ -95,8 +102,9 @@ impl Chat for AnthropicClient {
     fn complete<'a>(
         &'a self,
         request: &'a ChatRequest,
+        meter: Option<&'a Meter>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        AnthropicClient::complete(self, request).boxed()
+        AnthropicClient::complete(self, request, meter).boxed()
     }
 }
 
@@ -172,13 +180,48 @@ struct Block {
 struct Usage {
     input_tokens: Option<i64>,
     output_tokens: Option<i64>,
+    cache_creation_input_tokens: Option<i64>,
+    cache_read_input_tokens: Option<i64>,
 }
 
-/// The answer's text: its first `text` block (a model that thinks first sends other
-/// blocks before it).
-fn parse(body: &str) -> Result<Summary, LlmError> {
-    let message: Message = serde_json::from_str(body)
-        .map_err(|e| LlmError::Invalid(format!("not a Messages API answer: {e}")))?;
+impl From<Usage> for Reported {
+    /// Anthropic's `input_tokens` leaves out the prompt's cached part (read, or written
+    /// to the cache): `prompt_tokens` is the whole prompt, as OpenAI counts it, and
+    /// `cached_prompt_tokens` the part read from the cache.
+    fn from(usage: Usage) -> Self {
+        let parts = [
+            usage.input_tokens,
+            usage.cache_creation_input_tokens,
+            usage.cache_read_input_tokens,
+        ];
+        let prompt_tokens = parts
+            .iter()
+            .any(Option::is_some)
+            .then(|| (parts.iter().flatten()).fold(0i64, |sum, n| sum.saturating_add((*n).max(0))));
+        Self {
+            prompt_tokens,
+            completion_tokens: usage.output_tokens,
+            cached_prompt_tokens: usage.cache_read_input_tokens,
+        }
+    }
+}
+
+/// The answer's usage, whatever the answer is (a cut-off one was paid for too), and its
+/// text: its first `text` block (a model that thinks first sends other blocks before
+/// it).
+fn parse(body: &str) -> (Reported, Result<Summary, LlmError>) {
+    let mut message: Message = match serde_json::from_str(body) {
+        Ok(message) => message,
+        Err(e) => {
+            let invalid = LlmError::Invalid(format!("not a Messages API answer: {e}"));
+            return (Reported::default(), Err(invalid));
+        }
+    };
+    let usage = message.usage.take().map(Reported::from).unwrap_or_default();
+    (usage, summary_of(message))
+}
+
+fn summary_of(message: Message) -> Result<Summary, LlmError> {
     if message.stop_reason.as_deref() == Some("max_tokens") {
         return Err(LlmError::Truncated("stop_reason: max_tokens".to_owned()));
     }
@@ -188,12 +231,9 @@ fn parse(body: &str) -> Result<Summary, LlmError> {
         .find(|block| block.kind == "text")
         .and_then(|block| block.text)
         .ok_or_else(|| LlmError::Invalid("the answer has no text content".to_owned()))?;
-    let usage = message.usage;
     Ok(Summary {
         text,
         model: message.model,
-        prompt_tokens: usage.as_ref().and_then(|u| u.input_tokens),
-        completion_tokens: usage.as_ref().and_then(|u| u.output_tokens),
         ..Summary::default()
     })
 }
@@ -273,6 +313,29 @@ mod tests {
         );
     }
 
+    /// `input_tokens` leaves the cached part out: the prompt is all three, and the part
+    /// read from the cache is `cached_prompt_tokens`, even of a cut-off answer.
+    #[test]
+    fn the_whole_prompt_is_counted_with_its_cached_part() {
+        let body = json!({
+            "type": "message", "model": "claude-x",
+            "content": [{"type": "text", "text": "**Investigating:** x"}],
+            "stop_reason": "max_tokens",
+            "usage": {"input_tokens": 12, "cache_creation_input_tokens": 100,
+                      "cache_read_input_tokens": 3000, "output_tokens": 64}
+        });
+        let (usage, parsed) = parse(&body.to_string());
+        assert!(matches!(parsed, Err(LlmError::Truncated(_))));
+        assert_eq!(
+            usage,
+            Reported {
+                prompt_tokens: Some(3112),
+                completion_tokens: Some(64),
+                cached_prompt_tokens: Some(3000),
+            }
+        );
+    }
+
     #[test]
     fn the_first_text_block_and_the_usage_are_read() {
         let body = json!({
@@ -284,15 +347,19 @@ mod tests {
             "stop_reason": "end_turn",
             "usage": {"input_tokens": 812, "output_tokens": 64}
         });
-        let summary = parse(&body.to_string()).unwrap();
+        let (usage, summary) = parse(&body.to_string());
+        let summary = summary.unwrap();
         assert_eq!(
-            (
-                summary.text.as_str(),
-                summary.model.as_str(),
-                summary.prompt_tokens,
-                summary.completion_tokens
-            ),
-            ("**Investigating:** x", "claude-x", Some(812), Some(64))
+            (summary.text.as_str(), summary.model.as_str()),
+            ("**Investigating:** x", "claude-x")
+        );
+        assert_eq!(
+            usage,
+            Reported {
+                prompt_tokens: Some(812),
+                completion_tokens: Some(64),
+                cached_prompt_tokens: None,
+            }
         );
     }
 
@@ -304,7 +371,7 @@ mod tests {
             "stop_reason": "max_tokens",
         });
         assert!(matches!(
-            parse(&body.to_string()),
+            parse(&body.to_string()).1,
             Err(LlmError::Truncated(_))
         ));
     }
@@ -321,7 +388,7 @@ mod tests {
             r#"{"content": [{"type": "tool_use", "id": "t", "name": "n", "input": {}}]}"#,
             r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#,
         ] {
-            assert!(matches!(parse(body), Err(LlmError::Invalid(_))), "{body}");
+            assert!(matches!(parse(body).1, Err(LlmError::Invalid(_))), "{body}");
         }
     }
 

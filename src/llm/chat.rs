@@ -6,6 +6,7 @@ use futures_util::future::BoxFuture;
 
 use crate::summarizer::LlmError;
 use crate::summary::Summary;
+use crate::usage::Meter;
 
 /// One request: a system prompt and one user message, answered in at most `max_tokens`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,11 +20,15 @@ pub struct ChatRequest {
     pub model: Option<String>,
 }
 
-/// A provider that answers one [`ChatRequest`].
+/// A provider that answers one [`ChatRequest`], counting each request it sends (its
+/// retries too) and each answer's usage into `meter` (see [`crate::usage`]).
 pub trait Chat: Send + Sync {
     /// # Errors
     /// [`LlmError::ContextLength`] when the provider says the request does not fit the
     /// model's context; otherwise as [`super::Summarizer::summarize`].
-    fn complete<'a>(&'a self, request: &'a ChatRequest)
-    -> BoxFuture<'a, Result<Summary, LlmError>>;
+    fn complete<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        meter: Option<&'a Meter>,
+    ) -> BoxFuture<'a, Result<Summary, LlmError>>;
 }

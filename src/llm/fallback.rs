@@ -33,8 +33,8 @@ impl Fallback {
     }
 
     async fn summarize_with(&self, request: SummaryRequest<'_>) -> Result<Summary, LlmError> {
-        // The LLM's answers that came to nothing were paid for all the same.
-        let mut paid: Option<Summary> = None;
+        // The LLM's answers that came to nothing were paid for all the same: the
+        // request's meter counted them.
         let reason = match self.llm.summarize(request).await {
             Ok(summary) => {
                 let replaced: i64 = request.old.iter().map(|m| m.chars).sum();
@@ -48,7 +48,6 @@ impl Fallback {
             }
             Err(e) => {
                 self.metrics.llm_failed(e.metric_cause());
-                paid = e.paid().cloned();
                 e.to_string()
             }
         };
@@ -64,9 +63,6 @@ impl Fallback {
             .summarize(extractive)
             .await?;
         summary.fallback_reason = Some(reason);
-        if let Some(paid) = &paid {
-            summary.add_usage(paid);
-        }
         Ok(summary)
     }
 }

@@ -12,6 +12,7 @@ use super::retry::{RetryPolicy, with_retries};
 use crate::config::{LlmSettings, Secret};
 use crate::metrics::Metrics;
 use crate::summarizer::LlmError;
+use crate::usage::{Meter, Reported};
 
 /// Error bodies are quoted in logs and replies only up to this many characters.
 const BODY_EXCERPT_CHARS: usize = 300;
@@ -82,14 +83,15 @@ pub async fn send(
     })
 }
 
-/// Runs `attempt` under the settings' retry policy, counting and logging each retry.
-/// `attempt` gets its own timeout: `LLM_TIMEOUT_MS`, cut to the time left.
+/// Runs `attempt` under the settings' retry policy, counting each request into `meter`
+/// and the metrics as it is sent, and counting and logging each retry. `attempt` gets
+/// its own timeout: `LLM_TIMEOUT_MS`, cut to the time left.
 ///
 /// # Errors
 /// The last attempt's error.
 pub async fn with_logged_retries<T, A, Fut>(
     settings: &LlmSettings,
-    metrics: &Metrics,
+    (metrics, meter): (&Metrics, Option<&Meter>),
     mut attempt: A,
 ) -> Result<T, LlmError>
 where
@@ -97,7 +99,13 @@ where
     Fut: Future<Output = Result<T, LlmError>>,
 {
     let policy = RetryPolicy::from(settings);
-    let attempt = |left: Duration| attempt(left.min(settings.timeout));
+    let attempt = |left: Duration| {
+        metrics.llm_requested();
+        if let Some(meter) = meter {
+            meter.sent();
+        }
+        attempt(left.min(settings.timeout))
+    };
     with_retries(&policy, attempt, |attempt, error, wait| {
         metrics.llm_retried();
         tracing::warn!(
@@ -108,6 +116,15 @@ where
         );
     })
     .await
+}
+
+/// An answer's `usage`, as the provider reported it, counted into `meter` and the
+/// metrics, whatever becomes of the answer.
+pub fn answered(metrics: &Metrics, meter: Option<&Meter>, usage: Reported) {
+    metrics.llm_answered(usage);
+    if let Some(meter) = meter {
+        meter.answered(usage);
+    }
 }
 
 /// The start of an error body, for logs and replies, with the key scrubbed.

@@ -22,6 +22,7 @@ use crate::config::LlmSettings;
 use crate::metrics::Metrics;
 use crate::summarizer::LlmError;
 use crate::summary::Summary;
+use crate::usage::{Meter, Reported};
 
 pub struct OpenAiClient {
     http: Client,
@@ -45,7 +46,11 @@ impl OpenAiClient {
         })
     }
 
-    async fn send(&self, request: &ChatRequest) -> Result<Summary, LlmError> {
+    async fn send(
+        &self,
+        request: &ChatRequest,
+        meter: Option<&Meter>,
+    ) -> Result<Summary, LlmError> {
         let body = json!({
             "model": request.model.as_deref().unwrap_or(&self.settings.model),
             "temperature": 0,
@@ -55,14 +60,15 @@ impl OpenAiClient {
                 {"role": "user", "content": request.user},
             ],
         });
-        let attempt = |timeout: Duration| self.attempt(&body, timeout);
-        http::with_logged_retries(&self.settings, &self.metrics, attempt).await
+        let attempt = |timeout: Duration| self.attempt(&body, timeout, meter);
+        http::with_logged_retries(&self.settings, (&self.metrics, meter), attempt).await
     }
 
     async fn attempt(
         &self,
         body: &serde_json::Value,
         timeout: Duration,
+        meter: Option<&Meter>,
     ) -> Result<Summary, LlmError> {
         let key = &self.settings.api_key;
         let request = self
@@ -72,7 +78,9 @@ impl OpenAiClient {
             .json(body);
         let answer = http::send(request, timeout, key).await?;
         if answer.status.is_success() {
-            let mut summary = parse(&answer.body)?;
+            let (usage, parsed) = parse(&answer.body);
+            http::answered(&self.metrics, meter, usage);
+            let mut summary = parsed?;
             if summary.model.is_empty() {
                 summary.model.clone_from(&self.settings.model);
             }
@@ -103,8 +111,9 @@ impl Chat for OpenAiClient {
     fn complete<'a>(
         &'a self,
         request: &'a ChatRequest,
+        meter: Option<&'a Meter>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
-        self.send(request).boxed()
+        self.send(request, meter).boxed()
     }
 }
 
@@ -168,11 +177,43 @@ struct ChoiceMessage {
 struct Usage {
     prompt_tokens: Option<i64>,
     completion_tokens: Option<i64>,
+    prompt_tokens_details: Option<PromptDetails>,
 }
 
-fn parse(body: &str) -> Result<Summary, LlmError> {
-    let completion: Completion = serde_json::from_str(body)
-        .map_err(|e| LlmError::Invalid(format!("not a chat completion: {e}")))?;
+#[derive(Deserialize)]
+struct PromptDetails {
+    cached_tokens: Option<i64>,
+}
+
+impl From<Usage> for Reported {
+    fn from(usage: Usage) -> Self {
+        Self {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            cached_prompt_tokens: usage.prompt_tokens_details.and_then(|d| d.cached_tokens),
+        }
+    }
+}
+
+/// The answer's usage, whatever the answer is (a cut-off one was paid for too), and its
+/// summary.
+fn parse(body: &str) -> (Reported, Result<Summary, LlmError>) {
+    let mut completion: Completion = match serde_json::from_str(body) {
+        Ok(completion) => completion,
+        Err(e) => {
+            let invalid = LlmError::Invalid(format!("not a chat completion: {e}"));
+            return (Reported::default(), Err(invalid));
+        }
+    };
+    let usage = completion
+        .usage
+        .take()
+        .map(Reported::from)
+        .unwrap_or_default();
+    (usage, summary_of(completion))
+}
+
+fn summary_of(completion: Completion) -> Result<Summary, LlmError> {
     let choice = completion
         .choices
         .into_iter()
@@ -185,12 +226,9 @@ fn parse(body: &str) -> Result<Summary, LlmError> {
         .message
         .content
         .ok_or_else(|| LlmError::Invalid("the completion has no message content".to_owned()))?;
-    let usage = completion.usage;
     Ok(Summary {
         text,
         model: completion.model,
-        prompt_tokens: usage.as_ref().and_then(|u| u.prompt_tokens),
-        completion_tokens: usage.as_ref().and_then(|u| u.completion_tokens),
         ..Summary::default()
     })
 }
@@ -237,20 +275,23 @@ mod tests {
     #[test]
     fn an_answer_cut_off_at_max_tokens_is_truncated_not_a_summary() {
         let cut = r#"{"choices":[{"message":{"content":"**Investigating:** x\n**Key findings:**\n- a\n**Ruled out:** b\n**Current state:** requests wait up to 29."},"finish_reason":"length"}]}"#;
-        assert!(matches!(parse(cut), Err(LlmError::Truncated(_))));
+        assert!(matches!(parse(cut).1, Err(LlmError::Truncated(_))));
         let stopped = cut.replace("\"length\"", "\"stop\"");
-        assert!(parse(&stopped).is_ok());
+        assert!(parse(&stopped).1.is_ok());
         let unsaid = cut.replace(r#","finish_reason":"length""#, "");
-        assert!(parse(&unsaid).is_ok(), "servers that send no finish_reason");
+        assert!(
+            parse(&unsaid).1.is_ok(),
+            "servers that send no finish_reason"
+        );
     }
 
     #[test]
     fn a_success_without_choices_is_invalid() {
         assert!(matches!(
-            parse(r#"{"error": {"message": "overloaded"}}"#),
+            parse(r#"{"error": {"message": "overloaded"}}"#).1,
             Err(LlmError::Invalid(_))
         ));
-        assert!(matches!(parse("<html>"), Err(LlmError::Invalid(_))));
+        assert!(matches!(parse("<html>").1, Err(LlmError::Invalid(_))));
         let huge = "\u{fffd}".repeat(1 << 20);
         for body in [
             "",
@@ -266,14 +307,41 @@ mod tests {
         ] {
             let excerpt: String = body.chars().take(40).collect();
             assert!(
-                matches!(parse(body), Err(LlmError::Invalid(_))),
+                matches!(parse(body).1, Err(LlmError::Invalid(_))),
                 "{excerpt}"
             );
         }
-        let s = parse(r#"{"model":"m","choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#).unwrap();
-        assert_eq!(
-            (s.text.as_str(), s.prompt_tokens, s.completion_tokens),
-            ("hi", Some(3), Some(1))
+        let (usage, s) = parse(
+            r#"{"model":"m","choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#,
         );
+        assert_eq!(s.unwrap().text, "hi");
+        assert_eq!(
+            usage,
+            Reported {
+                prompt_tokens: Some(3),
+                completion_tokens: Some(1),
+                cached_prompt_tokens: None,
+            }
+        );
+    }
+
+    /// The usage is read whatever the answer: a cut-off one was paid for too, and the
+    /// cached part of the prompt is `prompt_tokens_details.cached_tokens`.
+    #[test]
+    fn the_usage_is_read_from_every_answer_with_its_cached_part() {
+        let cut = r#"{"choices":[{"message":{"content":"**Investigating:** x"},"finish_reason":"length"}],"usage":{"prompt_tokens":2006,"completion_tokens":300,"prompt_tokens_details":{"cached_tokens":1920}}}"#;
+        let (usage, parsed) = parse(cut);
+        assert!(matches!(parsed, Err(LlmError::Truncated(_))));
+        assert_eq!(
+            usage,
+            Reported {
+                prompt_tokens: Some(2006),
+                completion_tokens: Some(300),
+                cached_prompt_tokens: Some(1920),
+            }
+        );
+        let no_choices = r#"{"choices":[],"usage":{"prompt_tokens":7}}"#;
+        assert_eq!(parse(no_choices).0.prompt_tokens, Some(7));
+        assert_eq!(parse("<html>").0, Reported::default());
     }
 }

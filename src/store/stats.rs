@@ -35,9 +35,16 @@ pub struct Stats {
     /// The tokenizer's count (`o200k_base`) of what the compactions in force removed;
     /// compactions written before token figures existed count as zero.
     pub total_tokens_compacted: i64,
-    /// Tokens of every summarization call, restored ones included.
+    /// Tokens of every summarization request (chunks, second asks, retries after a
+    /// cut-off answer and the LLM's part of a fallback), as the provider reported them,
+    /// restored compactions included: docs/protocol.md, "What compaction costs".
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
+    /// Of `prompt_tokens`, the part the provider read from its prompt cache (0 where it
+    /// reported none).
+    pub cached_prompt_tokens: i64,
+    /// Requests sent to the provider, retried ones included.
+    pub llm_requests: i64,
     pub average_chars_removed: Option<f64>,
     /// Upper bounds of the histogram buckets (a factor of sqrt 2 wide) holding the
     /// median and the 95th percentile of compaction durations.
@@ -77,6 +84,8 @@ pub struct Day {
     pub messages_removed: i64,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
+    pub cached_prompt_tokens: i64,
+    pub llm_requests: i64,
     pub failures: i64,
 }
 
@@ -94,6 +103,8 @@ pub(super) struct StatsRow {
     total_precomputed: i64,
     total_tool_outputs_cleared: i64,
     total_chars_cleared: i64,
+    cached_prompt_tokens: i64,
+    llm_requests: i64,
     last_summarization_at: Option<String>,
 }
 
@@ -115,6 +126,8 @@ pub(super) fn report(
             total_tokens_compacted: totals.total_tokens_compacted,
             prompt_tokens: totals.prompt_tokens,
             completion_tokens: totals.completion_tokens,
+            cached_prompt_tokens: totals.cached_prompt_tokens,
+            llm_requests: totals.llm_requests,
             average_chars_removed: share(totals.total_chars_compacted),
             p50_duration_ms: percentile(buckets, 0.50),
             p95_duration_ms: percentile(buckets, 0.95),

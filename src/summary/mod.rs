@@ -31,8 +31,6 @@ pub struct Summary {
     pub text: String,
     /// The model that wrote it, as the provider reported it.
     pub model: String,
-    pub prompt_tokens: Option<i64>,
-    pub completion_tokens: Option<i64>,
     /// The version of the prompt that asked for it ([`crate::prompt::Prompt::version`]); `None`
     /// when no prompt did (the extractive summarizer).
     pub prompt_version: Option<String>,
@@ -42,19 +40,6 @@ pub struct Summary {
     /// The rules ([`Rejected::rule`]) the answers asked for before this one broke: the
     /// acceptance gate asked again, and this is the answer that passed.
     pub refused: Vec<&'static str>,
-}
-
-impl Summary {
-    /// Adds `other`'s token usage to this one's: a summary that took several calls
-    /// (chunks, a second attempt) reports what all of them cost.
-    pub fn add_usage(&mut self, other: &Summary) {
-        let add = |a: Option<i64>, b: Option<i64>| match (a, b) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
-        };
-        self.prompt_tokens = add(self.prompt_tokens, other.prompt_tokens);
-        self.completion_tokens = add(self.completion_tokens, other.completion_tokens);
-    }
 }
 
 /// Why a summary was refused; the caller treats it as an LLM failure (after asking once

@@ -21,6 +21,7 @@ use crate::outcome::{Compaction, Outcome, Reason};
 use crate::store::{CommitError, StoreError};
 use crate::summary;
 use crate::summary::Summary;
+use crate::usage::Meter;
 
 impl Event {
     /// This event's side of a compaction's record, under the lease `owner`.
@@ -265,10 +266,14 @@ impl Worker {
     ) -> Result<Written, Outcome> {
         let facts = self.extract_facts(plan);
         let retry_by = self.retry_deadline(Instant::now(), leased);
-        let first = self.summarize_and_check(rid, plan).await?;
-        let (summary, text, facts) = self.check_facts(rid, plan, facts, first, retry_by).await;
+        let meter = Meter::new();
+        let first = self.summarize_and_check(rid, plan, &meter).await?;
+        let (summary, text, facts) = self
+            .check_facts(rid, plan, facts, first, (retry_by, &meter))
+            .await;
         Ok(Written {
             summary,
+            usage: meter.total(),
             text: summary::finish(
                 text,
                 &plan.old,
@@ -289,9 +294,13 @@ impl Worker {
         &self,
         rid: &str,
         plan: &Plan,
+        meter: &Meter,
     ) -> Result<(Summary, String), Outcome> {
         let asked = Instant::now();
-        let summarized = self.summarizer.summarize(plan.request()).await;
+        let summarized = self
+            .summarizer
+            .summarize(plan.request().metered(meter))
+            .await;
         self.metrics.llm_took(asked.elapsed().as_secs_f64());
         let summary = summarized.map_err(|e| {
             self.metrics.llm_failed(e.metric_cause());

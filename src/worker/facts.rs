@@ -23,6 +23,7 @@ use crate::facts::{FactSet, Recall};
 use crate::summarizer::LlmError;
 use crate::summary;
 use crate::summary::Summary;
+use crate::usage::Meter;
 
 /// Old parts larger than this are extracted on the blocking pool, where the extraction
 /// also overlaps the summarizer's call: at the extractor's speed (docs/benchmarks.md,
@@ -57,14 +58,15 @@ impl Worker {
 
     /// The summary to write, its text, and the figures its usage event records: the
     /// first summary (which passed the template check), or a second attempt that keeps
-    /// more facts and ends by `retry_by` (see `Worker::retry_deadline`).
+    /// more facts and ends by `retry_by` (see `Worker::retry_deadline`), its requests
+    /// counted into `meter`.
     pub(super) async fn check_facts(
         &self,
         rid: &str,
         plan: &Plan,
         extraction: Extraction,
         (summary, text): (Summary, String),
-        retry_by: Instant,
+        (retry_by, meter): (Instant, &Meter),
     ) -> (Summary, String, Option<Figures>) {
         let facts = match extraction {
             Extraction::Off => None,
@@ -84,7 +86,8 @@ impl Worker {
             recall,
         };
         let (kept, retry) = if self.asks_again(&first, &facts) {
-            self.ask_again(rid, plan, &facts, first, retry_by).await
+            self.ask_again(rid, plan, &facts, first, (retry_by, meter))
+                .await
         } else {
             (first, None)
         };
@@ -105,8 +108,8 @@ impl Worker {
         rid: &str,
         plan: &Plan,
         facts: &Arc<FactSet>,
-        mut first: Checked,
-        retry_by: Instant,
+        first: Checked,
+        (retry_by, meter): (Instant, &Meter),
     ) -> (Checked, Option<RetryOutcome>) {
         if Instant::now() >= retry_by {
             // A request that could only be cut short would be paid for and thrown away.
@@ -126,7 +129,7 @@ impl Worker {
         if !self.summarizer.can_do_better() {
             return (first, None);
         }
-        let again = self.summarizer.summarize(plan.request().again(&missing));
+        let again = (self.summarizer).summarize(plan.request().metered(meter).again(&missing));
         let total = first.recall.total;
         tracing::info!(
             "[{rid}] summarizer: the summary stated {} of {total} identifiers, below \
@@ -148,15 +151,10 @@ impl Worker {
         self.metrics.llm_took(started.elapsed().as_secs_f64());
         let (kept, outcome) = match self.second_checked(plan, facts, answered).await {
             Ok(second) => fact_check::better(first, second),
-            Err(failed) => {
-                // An answer the check refused was paid for all the same.
-                if let Some(answer) = &failed.answer {
-                    first.summary.add_usage(answer);
-                }
+            Err(why) => {
                 tracing::warn!(
                     "[{rid}] summarizer: the second attempt failed, keeping the first \
-                     summary: {}",
-                    failed.why
+                     summary: {why}"
                 );
                 (first, RetryOutcome::Failed)
             }
@@ -190,11 +188,8 @@ impl Worker {
         plan: &Plan,
         facts: &Arc<FactSet>,
         answered: Result<Summary, LlmError>,
-    ) -> Result<Checked, FailedAttempt> {
-        let summary = answered.map_err(|e| FailedAttempt {
-            why: e.to_string(),
-            answer: e.paid().cloned(),
-        })?;
+    ) -> Result<Checked, String> {
+        let summary = answered.map_err(|e| e.to_string())?;
         let checked = summary::accept(
             &summary.text,
             plan.chars_removed,
@@ -202,12 +197,7 @@ impl Worker {
         );
         let text = match checked {
             Ok(text) => text,
-            Err(rejected) => {
-                return Err(FailedAttempt {
-                    why: rejected.to_string(),
-                    answer: Some(summary),
-                });
-            }
+            Err(rejected) => return Err(rejected.to_string()),
         };
         match recall(facts, &self.as_written(plan, &text)).await {
             Some(recall) => Ok(Checked {
@@ -215,18 +205,9 @@ impl Worker {
                 text,
                 recall,
             }),
-            None => Err(FailedAttempt {
-                why: "the fact check was cancelled at shutdown".to_owned(),
-                answer: Some(summary),
-            }),
+            None => Err("the fact check was cancelled at shutdown".to_owned()),
         }
     }
-}
-
-/// A second attempt that came to nothing: why, and its answer when one came.
-struct FailedAttempt {
-    why: String,
-    answer: Option<Summary>,
 }
 
 /// Recall against more facts than this is measured on the blocking pool: at its cost a

@@ -25,6 +25,7 @@ mod client;
 mod compaction;
 mod concurrency;
 mod control;
+mod cost;
 mod db;
 mod facts;
 mod fixtures;

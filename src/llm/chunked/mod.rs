@@ -37,6 +37,7 @@ use crate::prompt::{MissingFacts, Prompt, Transcript};
 use crate::protocol::Instructions;
 use crate::summarizer::{LlmError, Summarizer, SummaryRequest};
 use crate::summary::{self, Rejected, Summary, added_since_summary};
+use crate::usage::Meter;
 
 /// Context-length errors survived in one summarization before it fails: 0.7^4 is about
 /// a quarter of the configured budget, past which the setting is wrong, not a little off.
@@ -142,6 +143,7 @@ impl LlmSummarizer {
         old: &[Message],
         (model, instructions): (Option<&str>, Option<&Instructions>),
         missing: Option<MissingFacts>,
+        meter: Option<&Meter>,
     ) -> Result<Summary, LlmError> {
         let deadline = Instant::now() + self.deadline + PROVIDER_GRACE;
         let large = old.iter().map(|m| m.content.len()).sum::<usize>() > OFF_THREAD_CHARS;
@@ -165,9 +167,9 @@ impl LlmSummarizer {
         let mut requests = 0;
         let mut truncations = 0;
         let mut max_tokens = self.summary_max_tokens;
-        // The running summary the next request folds in, and the usage of every answer.
+        // The running summary the next request folds in. (Every request and answer is
+        // counted into `meter` as it is made.)
         let mut running: Option<String> = None;
-        let mut usage: Option<Summary> = None;
         let mut refused: Vec<&'static str> = Vec::new();
         let mut refusal_note: Option<String> = None;
         loop {
@@ -190,7 +192,7 @@ impl LlmSummarizer {
             request.model = model.map(str::to_owned);
             request.user.push_str(&note);
             requests += 1;
-            let answered = tokio::time::timeout_at(deadline, self.chat.complete(&request))
+            let answered = tokio::time::timeout_at(deadline, self.chat.complete(&request, meter))
                 .await
                 .map_err(|_| LlmError::Transient {
                     cause: format!(
@@ -201,18 +203,15 @@ impl LlmSummarizer {
                     retry_after: None,
                 })?;
             match answered {
-                Ok(answer) => {
+                Ok(mut summary) => {
                     let last = end >= rendered.pieces.len();
-                    let text = answer.text.clone();
-                    usage = Some(merge_usage(usage, answer));
                     if !last {
-                        running = Some(text);
+                        running = Some(summary.text);
                         next = end;
                         continue;
                     }
-                    let Err(rejected) = self.gate(&text, old) else {
-                        let mut summary = usage.take().unwrap_or_default();
-                        summary.text = summary::strip_ours(&text);
+                    let Err(rejected) = self.gate(&summary.text, old) else {
+                        summary.text = summary::strip_ours(&summary.text);
                         summary.refused = refused;
                         summary.prompt_version = Some(self.prompt.version().to_owned());
                         return Ok(summary);
@@ -221,10 +220,7 @@ impl LlmSummarizer {
                         metrics.answer_refused(rejected.rule());
                     }
                     if !may_ask_again || !refused.is_empty() {
-                        return Err(LlmError::Refused {
-                            rejected,
-                            paid: Box::new(usage.take().unwrap_or_default()),
-                        });
+                        return Err(LlmError::Refused(rejected));
                     }
                     tracing::warn!(
                         rule = rejected.rule(),
@@ -312,7 +308,7 @@ impl Summarizer for LlmSummarizer {
         let missing = (!request.missing.is_empty())
             .then(|| MissingFacts::of(request.missing, self.max_input_tokens));
         let asked = (request.model, request.instructions);
-        (self.summarize_all(request.context, request.old, asked, missing)).boxed()
+        (self.summarize_all(request.context, request.old, asked, missing, request.meter)).boxed()
     }
 
     fn can_do_better(&self) -> bool {
@@ -323,14 +319,6 @@ impl Summarizer for LlmSummarizer {
 /// 70% of `budget` (the multiplication cannot overflow, whatever the setting).
 fn shrink(budget: usize) -> usize {
     budget - budget / 10 * 3
-}
-
-/// The latest answer, with the token usage of every answer so far.
-fn merge_usage(before: Option<Summary>, mut latest: Summary) -> Summary {
-    if let Some(before) = before {
-        latest.add_usage(&before);
-    }
-    latest
 }
 
 /// The old part rendered for the transcript, message by message, with token counts.

@@ -5,6 +5,7 @@ use crate::facts::MissingFact;
 use crate::message::Role;
 use crate::prompt;
 use crate::summarizer::SummaryRequest;
+use crate::usage::Reported;
 
 const SUMMARY: &str = "**Investigating:** checkout 502s\n**Key findings:**\n- pool at 100/100\n**Ruled out:** DNS\n**Current state:** raising the pool";
 
@@ -35,16 +36,33 @@ fn size(request: &ChatRequest) -> usize {
     tokens::count(&request.system) + tokens::count(&request.user)
 }
 
+/// What the fake reports of every answer, a cut-off one included, as a provider does.
+const USAGE: Reported = Reported {
+    prompt_tokens: Some(10),
+    completion_tokens: Some(3),
+    cached_prompt_tokens: None,
+};
+
 impl Chat for Fake {
+    /// Counts into `meter` as the HTTP layer does: every request, and the usage of every
+    /// answer but a context-length refusal.
     fn complete<'a>(
         &'a self,
         request: &'a ChatRequest,
+        meter: Option<&'a Meter>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         let mut requests = self.requests.lock().unwrap();
         requests.push(request.clone());
+        let too_long = size(request) > self.limit;
+        if let Some(meter) = meter {
+            meter.sent();
+            if !too_long {
+                meter.answered(USAGE);
+            }
+        }
         let answer = if requests.len() <= self.cut_off {
             Err(LlmError::Truncated("finish_reason: length".to_owned()))
-        } else if size(request) > self.limit {
+        } else if too_long {
             Err(LlmError::ContextLength(format!(
                 "maximum context length is {} tokens",
                 self.limit
@@ -53,8 +71,6 @@ impl Chat for Fake {
             Ok(Summary {
                 text: SUMMARY.to_owned(),
                 model: "fake".to_owned(),
-                prompt_tokens: Some(10),
-                completion_tokens: Some(3),
                 ..Summary::default()
             })
         };
@@ -129,16 +145,19 @@ async fn an_old_part_that_fits_goes_as_one_request_as_before() {
 async fn a_large_old_part_goes_in_chunks_that_fit_oldest_first_with_the_summary_folded_in() {
     let (fake, requests) = Fake::new(2_000);
     let old = history(60, 600);
+    let meter = Meter::new();
 
     let summary = summarizer(fake, 2_000)
-        .summarize(SummaryRequest::of(&old))
+        .summarize(SummaryRequest::of(&old).metered(&meter))
         .await
         .unwrap();
 
     assert_eq!(summary.text, SUMMARY);
     let requests = requests.lock().unwrap();
     assert!(requests.len() > 5, "{}", requests.len());
-    assert_eq!(summary.prompt_tokens, Some(10 * requests.len() as i64));
+    let sent = requests.len() as i64;
+    assert_eq!(meter.total().requests, sent);
+    assert_eq!(meter.total().prompt_tokens, Some(10 * sent));
     let mut seen = 0;
     for (i, request) in requests.iter().enumerate() {
         assert!(size(request) <= 2_000, "request {i}: {}", size(request));

@@ -323,8 +323,9 @@ impl Leases for PgStore {
         let archived = sqlx::query(concat!(
             "WITH event AS (
                  INSERT INTO usage_events
-                     (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
-                 VALUES ($1, $3, $4, $5, $4 + $5, $6)
+                     (session_id, model, prompt_tokens, completion_tokens, total_tokens,
+                      cached_prompt_tokens, metadata)
+                 VALUES ($1, $3, $4, $5, $4 + $5, $8, $6)
                  RETURNING id
              ), removed AS (
                  DELETE FROM messages
@@ -354,11 +355,12 @@ impl Leases for PgStore {
         .bind(summary.session_id)
         .bind(cut_seq)
         .bind(summary.model)
-        .bind(summary.prompt_tokens)
-        .bind(summary.completion_tokens)
+        .bind(summary.usage.prompt_tokens)
+        .bind(summary.usage.completion_tokens)
         .bind(&metadata)
         // The pinned messages before the cut, and their partners, stay where they are.
         .bind(summary.kept_seqs)
+        .bind(summary.usage.cached_prompt_tokens)
         .fetch_one(&mut *tx)
         .await?;
         let removed = Found {

@@ -96,9 +96,9 @@ impl Pending for PgStore {
                  INSERT INTO pending_summaries AS p (session_id, cut_seq, removed_seqs,
                      removed_chars, removed_versions, prefix_hash, threshold_chars,
                      keep_chars, requested_model, summary, model, prompt_tokens,
-                     completion_tokens, metadata)
+                     completion_tokens, metadata, cached_prompt_tokens)
                  SELECT $1, $3, $4, $5, $6, md5(array_to_string($4, ',') || '/' || array_to_string($6, ',')), $7, $8, $9, $10,
-                     $11, $12, $13, $14
+                     $11, $12, $13, $14, $16
                  FROM fence
                  ON CONFLICT (session_id) DO UPDATE SET
                      cut_seq = excluded.cut_seq, removed_seqs = excluded.removed_seqs,
@@ -111,6 +111,7 @@ impl Pending for PgStore {
                      summary = excluded.summary, model = excluded.model,
                      prompt_tokens = excluded.prompt_tokens,
                      completion_tokens = excluded.completion_tokens,
+                     cached_prompt_tokens = excluded.cached_prompt_tokens,
                      metadata = excluded.metadata, created_at = now()
                  RETURNING 1
              )
@@ -130,10 +131,11 @@ impl Pending for PgStore {
         .bind(pending.requested_model)
         .bind(pending.text)
         .bind(pending.model)
-        .bind(pending.prompt_tokens)
-        .bind(pending.completion_tokens)
+        .bind(pending.usage.prompt_tokens)
+        .bind(pending.usage.completion_tokens)
         .bind(&metadata)
         .bind(millis(ttl))
+        .bind(pending.usage.cached_prompt_tokens)
         .fetch_one(&self.pool)
         .await?;
         Ok(Saved {
@@ -145,7 +147,7 @@ impl Pending for PgStore {
 
     /// Applies the session's pending summary if it was planned with `limits` and
     /// `model`, is younger than `ttl` and its prefix is unchanged; drops it otherwise.
-    /// One call of `apply_pending_summary` (migration 21), one transaction: the event's
+    /// One call of `apply_pending_summary` (migration 23), one transaction: the event's
     /// metadata is the pending summary's, with this turn's ids and what the database
     /// measures ([`record::MEASURED_AT_APPLY`]).
     ///

@@ -41,6 +41,7 @@ impl Aggregates for PgStore {
                     total_tokens_compacted, prompt_tokens, completion_tokens, mean_fact_recall,
                     mean_statement_recall,
                     total_precomputed, total_tool_outputs_cleared, total_chars_cleared,
+                    cached_prompt_tokens, llm_requests,
                     to_char(last_summarization_at AT TIME ZONE 'UTC',
                             'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS last_summarization_at
              FROM summarization_stats",
@@ -63,6 +64,8 @@ impl Aggregates for PgStore {
                     coalesce(c.messages_removed, 0) AS messages_removed,
                     coalesce(c.prompt_tokens, 0) AS prompt_tokens,
                     coalesce(c.completion_tokens, 0) AS completion_tokens,
+                    coalesce(c.cached_prompt_tokens, 0) AS cached_prompt_tokens,
+                    coalesce(c.llm_requests, 0) AS llm_requests,
                     coalesce(f.failures, 0)::bigint AS failures
              FROM (SELECT day FROM compaction_daily UNION SELECT day FROM failure_daily) AS d
              LEFT JOIN compaction_daily AS c ON c.day = d.day

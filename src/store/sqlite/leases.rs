@@ -420,14 +420,16 @@ impl Leases for SqliteStore {
         cleared_fence(summary, &cleared_rows(&mut tx, summary).await?)?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO usage_events
-                 (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
-             VALUES ($1, $2, $3, $4, $3 + $4, $5)
+                 (session_id, model, prompt_tokens, completion_tokens, total_tokens,
+                  cached_prompt_tokens, metadata)
+             VALUES ($1, $2, $3, $4, $3 + $4, $5, $6)
              RETURNING id",
         )
         .bind(summary.session_id)
         .bind(summary.model)
-        .bind(summary.prompt_tokens)
-        .bind(summary.completion_tokens)
+        .bind(summary.usage.prompt_tokens)
+        .bind(summary.usage.completion_tokens)
+        .bind(summary.usage.cached_prompt_tokens)
         .bind(summary.event_metadata().to_string())
         .fetch_one(&mut *tx)
         .await?;

@@ -184,8 +184,9 @@ impl Pending for SqliteStore {
                 "INSERT INTO pending_summaries (session_id, cut_seq, removed_seqs,
                      removed_chars, removed_versions, prefix_hash, threshold_chars, keep_chars,
                      requested_model, summary, model, prompt_tokens, completion_tokens,
-                     metadata, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                     metadata, created_at, cached_prompt_tokens)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+                         $16)
                  ON CONFLICT (session_id) DO UPDATE SET
                      cut_seq = excluded.cut_seq, removed_seqs = excluded.removed_seqs,
                      removed_chars = excluded.removed_chars,
@@ -197,6 +198,7 @@ impl Pending for SqliteStore {
                      summary = excluded.summary, model = excluded.model,
                      prompt_tokens = excluded.prompt_tokens,
                      completion_tokens = excluded.completion_tokens,
+                     cached_prompt_tokens = excluded.cached_prompt_tokens,
                      metadata = excluded.metadata, created_at = excluded.created_at",
             )
             .bind(pending.session_id)
@@ -213,10 +215,11 @@ impl Pending for SqliteStore {
             .bind(pending.requested_model)
             .bind(pending.text)
             .bind(pending.model)
-            .bind(pending.prompt_tokens)
-            .bind(pending.completion_tokens)
+            .bind(pending.usage.prompt_tokens)
+            .bind(pending.usage.completion_tokens)
             .bind(metadata.to_string())
             .bind(now)
+            .bind(pending.usage.cached_prompt_tokens)
             .execute(&mut *tx)
             .await?;
         }
@@ -269,7 +272,7 @@ impl Pending for SqliteStore {
         let Some(pending) = sqlx::query(
             "SELECT cut_seq, removed_seqs, removed_chars, removed_versions, threshold_chars,
                     keep_chars, requested_model, summary, model, prompt_tokens,
-                    completion_tokens, metadata, created_at,
+                    completion_tokens, cached_prompt_tokens, metadata, created_at,
                     strftime('%Y-%m-%dT%H:%M:%fZ', created_at / 1000.0, 'unixepoch')
                         AS created_at_text
              FROM pending_summaries WHERE session_id = $1",
@@ -349,10 +352,12 @@ impl Pending for SqliteStore {
         );
         let prompt_tokens: Option<i64> = pending.try_get("prompt_tokens")?;
         let completion_tokens: Option<i64> = pending.try_get("completion_tokens")?;
+        let cached_prompt_tokens: Option<i64> = pending.try_get("cached_prompt_tokens")?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO usage_events
-                 (session_id, model, prompt_tokens, completion_tokens, total_tokens, metadata)
-             VALUES ($1, $2, $3, $4, $3 + $4, $5)
+                 (session_id, model, prompt_tokens, completion_tokens, total_tokens,
+                  cached_prompt_tokens, metadata)
+             VALUES ($1, $2, $3, $4, $3 + $4, $6, $5)
              RETURNING id",
         )
         .bind(session_id)
@@ -360,6 +365,7 @@ impl Pending for SqliteStore {
         .bind(prompt_tokens)
         .bind(completion_tokens)
         .bind(metadata.to_string())
+        .bind(cached_prompt_tokens)
         .fetch_one(&mut *tx)
         .await?;
         replace_prefix(&mut tx, session_id, Replaced::Before(cut_seq), id).await?;

@@ -110,6 +110,7 @@ async fn a_summary_that_drops_identifiers_is_asked_for_once_more_and_the_better_
     );
     assert_eq!(metadata["fact_retry"], true);
     assert_eq!(metadata["fact_retry_outcome"], "improved");
+    assert_eq!(metadata["llm_requests"], 2, "both requests are counted");
     let metrics = metrics(&app).await;
     for line in [
         "summarizer_fact_retries_total{outcome=\"improved\"} 1",

@@ -40,6 +40,7 @@ use summarizer::store::prelude::*;
 use summarizer::store::{PgStore, SharedStore};
 use summarizer::summarizer::{LlmError, Summarizer, SummaryRequest};
 use summarizer::summary::Summary;
+use summarizer::usage::Meter;
 use summarizer::worker::{Event, Policy, Worker};
 
 pub use load::Measurement;
@@ -576,6 +577,7 @@ impl Chat for InstantChat {
     fn complete<'a>(
         &'a self,
         _request: &'a ChatRequest,
+        _meter: Option<&'a Meter>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         self.requests.fetch_add(1, Ordering::Relaxed);
         Instant.summarize(SummaryRequest::default())
