@@ -23,7 +23,7 @@ use crate::config::{FactCheck, Limits};
 use crate::fact_check::{self, Checked};
 use crate::facts::{FactSet, contains_word};
 use crate::message::{Message, Role, char_count};
-use crate::summarizer::{Summarizer, SummaryRequest};
+use crate::summarizer::{LlmError, Summarizer, SummaryRequest};
 use crate::summary;
 use crate::usage::Meter;
 
@@ -144,8 +144,9 @@ pub struct Play {
     pub failures: Vec<String>,
     /// Second attempts the fact check asked for (an LLM's, in `retry` mode).
     pub fact_retries: usize,
-    /// Answers the acceptance gate refused and asked again for (an echo of the earlier
-    /// summary, an acknowledgement: docs/compaction.md, "The acceptance gate").
+    /// Answers the acceptance gate refused (an echo of the earlier summary, an
+    /// acknowledgement: docs/compaction.md, "The acceptance gate"), those of a compaction
+    /// that failed because the gate refused its second answer too included.
     pub refused: usize,
     /// Requests sent to the summarizer's provider, those of compactions that failed
     /// included.
@@ -326,11 +327,12 @@ async fn summarize(
         meter: Some(meter),
         ..SummaryRequest::default()
     };
-    let (summary, text) = summarizer
-        .summarize(request)
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(check)?;
+    let answered = summarizer.summarize(request).await;
+    if let Err(LlmError::Refused(_)) = &answered {
+        // The gate refused the answer, asked again, and refused that one too.
+        play.refused += 2;
+    }
+    let (summary, text) = answered.map_err(|e| e.to_string()).and_then(check)?;
     play.refused += summary.refused.len();
     let facts = FactSet::established_in(old);
     let recall = facts.recall(&finish(text.clone()));
