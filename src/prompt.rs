@@ -2,8 +2,9 @@
 //! `SUMMARY_PROMPT_FILE`) and the transcript of the old part.
 //!
 //! The transcript is data, and its structure cannot be forged by what it quotes: every
-//! header line starts with a marker drawn at random for each request and checked to
-//! occur nowhere in the messages, so a message that imitates a header (`[assistant]`, or
+//! header line starts with a marker drawn at random for each compaction (its chunks and
+//! second attempts repeat it, so a provider's prompt cache serves what they repeat) and
+//! checked to occur nowhere in the messages, so a message that imitates a header (`[assistant]`, or
 //! a header with some other marker) reads as the text it is. Ids and names inside a
 //! header are kept on its one line (control characters escaped). Tool calls are rendered
 //! in every stored shape ([`call_parts`]); system messages that precede the old part are
@@ -162,7 +163,22 @@ pub struct Transcript {
 impl Transcript {
     /// A transcript of `old` after `context`, with a marker that occurs in neither.
     pub fn for_messages(context: &[Message], old: &[Message]) -> Self {
-        Self::with_marker(marker_for(context.iter().chain(old)), context)
+        Self::for_messages_with(None, context, old)
+    }
+
+    /// [`Transcript::for_messages`] with `marker` when it is given and occurs in neither
+    /// (a caller keeps one marker for all of a compaction's requests, so that a second
+    /// attempt repeats the first's transcript byte for byte, and a provider's prompt
+    /// cache serves it: see [`draw_marker`]); a new one otherwise.
+    pub fn for_messages_with(marker: Option<&str>, context: &[Message], old: &[Message]) -> Self {
+        let messages = context.iter().chain(old);
+        let marker = match marker {
+            Some(marker) if is_marker(marker) && !messages.clone().any(|m| mentions(m, marker)) => {
+                marker.to_owned()
+            }
+            _ => marker_for(messages),
+        };
+        Self::with_marker(marker, context)
     }
 
     fn with_marker(marker: String, context: &[Message]) -> Self {
@@ -453,6 +469,21 @@ impl Transcript {
 /// rare, and is redrawn when it happens.
 const MARKER_BITS: u32 = 48;
 
+/// A marker for the transcript of `old` after `context`: drawn at random, occurring in
+/// neither. A compaction draws one and gives it to every request it makes
+/// ([`crate::summarizer::SummaryRequest::marker`]).
+pub fn draw_marker(context: &[Message], old: &[Message]) -> String {
+    marker_for(context.iter().chain(old))
+}
+
+/// Whether `marker` has the shape [`marker_for`] draws: 12 lowercase hex digits.
+fn is_marker(marker: &str) -> bool {
+    marker.len() == 12
+        && marker
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 fn marker_for<'a, I>(messages: I) -> String
 where
     I: Iterator<Item = &'a Message> + Clone,
@@ -532,6 +563,26 @@ mod tests {
 
     fn msg(role: Role, content: &str) -> Message {
         Message::text(role, content)
+    }
+
+    /// A compaction's own marker is kept for its requests; one the messages hold, or of
+    /// another shape, is not used: a new one is drawn.
+    #[test]
+    fn a_given_marker_is_used_only_when_no_message_holds_it() {
+        let old = [msg(Role::User, "disk at 91% on db-1, id 00000000cafe")];
+        let kept = Transcript::for_messages_with(Some(M), &[], &old);
+        assert_eq!(kept.marker, M);
+        for refused in ["00000000cafe", "[x] injected", "0123456789AB", ""] {
+            let drawn = Transcript::for_messages_with(Some(refused), &[], &old);
+            assert_ne!(drawn.marker, refused);
+            assert!(is_marker(&drawn.marker), "{}", drawn.marker);
+            assert!(!old[0].content.contains(&drawn.marker));
+        }
+        let marker = draw_marker(&[], &old);
+        assert_eq!(
+            Transcript::for_messages_with(Some(&marker), &[], &old).marker,
+            marker
+        );
     }
 
     /// The transcript as a reader who knows the marker splits it: each header with the

@@ -97,6 +97,11 @@ pub struct SummaryRequest<'a> {
     /// Where the requests made for it, and their answers' usage, are counted: the
     /// compaction's (docs/protocol.md, "The schema"). `None` counts nothing.
     pub meter: Option<&'a Meter>,
+    /// The transcript's marker ([`crate::prompt::draw_marker`]), kept by the caller for
+    /// all of a compaction's requests so that a second attempt repeats the first's
+    /// prompt and the provider's prompt cache serves it. `None`: the summarizer draws
+    /// one per request.
+    pub marker: Option<&'a str>,
 }
 
 impl<'a> SummaryRequest<'a> {
@@ -113,6 +118,15 @@ impl<'a> SummaryRequest<'a> {
     pub fn metered(self, meter: &'a Meter) -> Self {
         Self {
             meter: Some(meter),
+            ..self
+        }
+    }
+
+    /// This request with `marker` for its transcript ([`SummaryRequest::marker`]).
+    #[must_use]
+    pub fn marked(self, marker: &'a str) -> Self {
+        Self {
+            marker: Some(marker),
             ..self
         }
     }

@@ -103,6 +103,7 @@ impl Plan {
             instructions: self.instructions.as_ref(),
             missing: &[],
             meter: None,
+            marker: None,
         }
     }
 

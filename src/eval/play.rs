@@ -321,10 +321,12 @@ async fn summarize(
             checks.user_words_chars,
         )
     };
+    let marker = crate::prompt::draw_marker(context, old);
     let request = SummaryRequest {
         old,
         context,
         meter: Some(meter),
+        marker: Some(&marker),
         ..SummaryRequest::default()
     };
     let answered = summarizer.summarize(request).await;

@@ -18,7 +18,9 @@ use crate::compaction::{self, Loaded, Plan, Record, Turn, Written, clearing, tok
 use crate::config::Limits;
 use crate::message::char_count;
 use crate::outcome::{Compaction, Outcome, Reason};
+use crate::prompt;
 use crate::store::{CommitError, StoreError};
+use crate::summarizer::SummaryRequest;
 use crate::summary;
 use crate::summary::Summary;
 use crate::usage::Meter;
@@ -266,10 +268,14 @@ impl Worker {
     ) -> Result<Written, Outcome> {
         let facts = self.extract_facts(plan);
         let retry_by = self.retry_deadline(Instant::now(), leased);
+        // Every request of this compaction is counted into one meter, and repeats one
+        // transcript marker, so that a second attempt's prompt starts as the first's did.
         let meter = Meter::new();
-        let first = self.summarize_and_check(rid, plan, &meter).await?;
+        let marker = prompt::draw_marker(&plan.context, &plan.old);
+        let request = plan.request().metered(&meter).marked(&marker);
+        let first = self.summarize_and_check(rid, plan, request).await?;
         let (summary, text, facts) = self
-            .check_facts(rid, plan, facts, first, (retry_by, &meter))
+            .check_facts(rid, plan, facts, first, (retry_by, request))
             .await;
         Ok(Written {
             summary,
@@ -294,13 +300,10 @@ impl Worker {
         &self,
         rid: &str,
         plan: &Plan,
-        meter: &Meter,
+        request: SummaryRequest<'_>,
     ) -> Result<(Summary, String), Outcome> {
         let asked = Instant::now();
-        let summarized = self
-            .summarizer
-            .summarize(plan.request().metered(meter))
-            .await;
+        let summarized = self.summarizer.summarize(request).await;
         self.metrics.llm_took(asked.elapsed().as_secs_f64());
         let summary = summarized.map_err(|e| {
             self.metrics.llm_failed(e.metric_cause());

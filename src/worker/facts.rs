@@ -20,10 +20,9 @@ use crate::compaction::Plan;
 use crate::config::FactCheckMode;
 use crate::fact_check::{self, Checked, Figures, RetryOutcome};
 use crate::facts::{FactSet, Recall};
-use crate::summarizer::LlmError;
+use crate::summarizer::{LlmError, SummaryRequest};
 use crate::summary;
 use crate::summary::Summary;
-use crate::usage::Meter;
 
 /// Old parts larger than this are extracted on the blocking pool, where the extraction
 /// also overlaps the summarizer's call: at the extractor's speed (docs/benchmarks.md,
@@ -58,15 +57,15 @@ impl Worker {
 
     /// The summary to write, its text, and the figures its usage event records: the
     /// first summary (which passed the template check), or a second attempt that keeps
-    /// more facts and ends by `retry_by` (see `Worker::retry_deadline`), its requests
-    /// counted into `meter`.
+    /// more facts and ends by `retry_by` (see `Worker::retry_deadline`), asked as the
+    /// first `request` was (its meter and transcript marker).
     pub(super) async fn check_facts(
         &self,
         rid: &str,
         plan: &Plan,
         extraction: Extraction,
         (summary, text): (Summary, String),
-        (retry_by, meter): (Instant, &Meter),
+        (retry_by, request): (Instant, SummaryRequest<'_>),
     ) -> (Summary, String, Option<Figures>) {
         let facts = match extraction {
             Extraction::Off => None,
@@ -86,7 +85,7 @@ impl Worker {
             recall,
         };
         let (kept, retry) = if self.asks_again(&first, &facts) {
-            self.ask_again(rid, plan, &facts, first, (retry_by, meter))
+            self.ask_again(rid, plan, &facts, first, (retry_by, request))
                 .await
         } else {
             (first, None)
@@ -109,7 +108,7 @@ impl Worker {
         plan: &Plan,
         facts: &Arc<FactSet>,
         first: Checked,
-        (retry_by, meter): (Instant, &Meter),
+        (retry_by, request): (Instant, SummaryRequest<'_>),
     ) -> (Checked, Option<RetryOutcome>) {
         if Instant::now() >= retry_by {
             // A request that could only be cut short would be paid for and thrown away.
@@ -129,7 +128,7 @@ impl Worker {
         if !self.summarizer.can_do_better() {
             return (first, None);
         }
-        let again = (self.summarizer).summarize(plan.request().metered(meter).again(&missing));
+        let again = self.summarizer.summarize(request.again(&missing));
         let total = first.recall.total;
         tracing::info!(
             "[{rid}] summarizer: the summary stated {} of {total} identifiers, below \

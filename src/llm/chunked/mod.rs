@@ -141,7 +141,7 @@ impl LlmSummarizer {
         &self,
         context: &[Message],
         old: &[Message],
-        (model, instructions): (Option<&str>, Option<&Instructions>),
+        (model, instructions, marker): (Option<&str>, Option<&Instructions>, Option<&str>),
         missing: Option<MissingFacts>,
         meter: Option<&Meter>,
     ) -> Result<Summary, LlmError> {
@@ -154,8 +154,9 @@ impl LlmSummarizer {
             self.prompt.system().to_owned(),
         );
         let instructions = instructions.cloned();
+        let marker = marker.map(str::to_owned);
         let rendered = cpu(large, move || {
-            Rendered::of(system, &context, &owned)
+            Rendered::of(system, &context, &owned, marker.as_deref())
                 .with_instructions(instructions.as_ref())
                 .with_missing(missing.as_ref())
         })
@@ -307,7 +308,7 @@ impl Summarizer for LlmSummarizer {
     ) -> BoxFuture<'a, Result<Summary, LlmError>> {
         let missing = (!request.missing.is_empty())
             .then(|| MissingFacts::of(request.missing, self.max_input_tokens));
-        let asked = (request.model, request.instructions);
+        let asked = (request.model, request.instructions, request.marker);
         (self.summarize_all(request.context, request.old, asked, missing, request.meter)).boxed()
     }
 
@@ -340,8 +341,8 @@ struct Rendered {
 }
 
 impl Rendered {
-    fn of(system: String, context: &[Message], old: &[Message]) -> Self {
-        let transcript = Transcript::for_messages(context, old);
+    fn of(system: String, context: &[Message], old: &[Message], marker: Option<&str>) -> Self {
+        let transcript = Transcript::for_messages_with(marker, context, old);
         let fixed_tokens =
             tokens::count(&system) + transcript.fixed().map(tokens::count).sum::<usize>();
         let pieces: Vec<String> = old.iter().map(|m| transcript.message(m)).collect();

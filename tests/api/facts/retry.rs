@@ -92,6 +92,13 @@ async fn a_summary_that_drops_identifiers_is_asked_for_once_more_and_the_better_
         transcript(&requests[0]),
         "the same transcript"
     );
+    let (first_asked, asked_again) = (user_message(&requests[0]), user_message(&requests[1]));
+    assert!(
+        asked_again.starts_with(&first_asked),
+        "the second attempt repeats the first's prompt byte for byte (its marker too), for \
+         the provider's prompt cache, and lists the facts after it:\n{first_asked}\n---\n\
+         {asked_again}"
+    );
     let written = written_summary(&app, "s").await;
     assert_ne!(written, SUMMARY, "the second, better summary is written");
     let kept = facts.recall(&written);
