@@ -13,6 +13,7 @@ use wiremock::{Mock, Request, Respond, ResponseTemplate};
 
 use crate::facts::metrics;
 use crate::helpers::{SUMMARY, TestApp, eventually, spawn_app_with};
+use crate::precompute::metric;
 
 /// Answers the scripted responses in turn, the last one to every later request.
 struct Script(Vec<ResponseTemplate>, AtomicUsize);
@@ -90,13 +91,6 @@ async fn the_event(
         event.cached_prompt_tokens,
         serde_json::from_str(&event.metadata).unwrap(),
     )
-}
-
-/// The value of the metric line `series`, or 0 when it is absent.
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 #[tokio::test]

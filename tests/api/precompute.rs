@@ -51,7 +51,7 @@ async fn metrics(app: &TestApp) -> String {
 }
 
 /// The value of the metric line that starts with `series`, or 0 when it is absent.
-fn metric(text: &str, series: &str) -> f64 {
+pub fn metric(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
         .unwrap_or(0.0)
