@@ -78,7 +78,7 @@ impl Figures {
 /// recall of 1). An identifier a summary only lists ("Also noted: 14:01, v5.33.0") does
 /// not count: a reader cannot tell what it is about. Whether the summarizer can do
 /// better is the summarizer's to say.
-pub fn worth_retrying(policy: FactCheck, recall: &Recall) -> bool {
+fn worth_retrying(policy: FactCheck, recall: &Recall) -> bool {
     policy.mode == FactCheckMode::Retry && recall.ratio() < policy.min_recall
 }
 

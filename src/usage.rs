@@ -62,14 +62,6 @@ impl Usage {
             cached_prompt_tokens: cap(self.cached_prompt_tokens),
         }
     }
-
-    /// `prompt_tokens + completion_tokens`, when either was reported.
-    pub fn total_tokens(&self) -> Option<i64> {
-        match (self.prompt_tokens, self.completion_tokens) {
-            (None, None) => None,
-            (p, c) => Some(p.unwrap_or(0).saturating_add(c.unwrap_or(0))),
-        }
-    }
 }
 
 /// One compaction's running [`Usage`], shared by every request it makes (clones share
@@ -132,7 +124,6 @@ mod tests {
                 cached_prompt_tokens: Some(40),
             }
         );
-        assert_eq!(meter.total().total_tokens(), Some(175));
     }
 
     #[test]
@@ -144,7 +135,6 @@ mod tests {
         assert_eq!(usage.requests, 1);
         assert_eq!(usage.prompt_tokens, None);
         assert_eq!(usage.cached_prompt_tokens, None);
-        assert_eq!(usage.total_tokens(), None);
     }
 
     #[test]
@@ -159,6 +149,6 @@ mod tests {
         }
         let usage = meter.total();
         assert_eq!(usage.prompt_tokens, Some(i64::MAX));
-        assert_eq!(usage.total_tokens(), Some(i64::MAX));
+        assert_eq!(usage.completion_tokens, Some(i64::MAX));
     }
 }
