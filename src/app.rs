@@ -92,6 +92,7 @@ impl Application {
             llm_deadline: settings.llm.deadline,
             concurrency: settings.concurrency,
             precompute: settings.precompute,
+            idle: settings.idle,
         };
         let worker = Arc::new(
             Worker::new(store.clone(), summarizer, policy, metrics.clone())
@@ -271,7 +272,12 @@ impl Application {
                 server.run(shutdown.clone()).await;
             }
         };
-        tokio::join!(serve_requests, serve_jobs, recalls.run(shutdown.clone()));
+        tokio::join!(
+            serve_requests,
+            serve_jobs,
+            recalls.run(shutdown.clone()),
+            self.worker.clone().run_idle_passes(shutdown.clone()),
+        );
         // Compactions whose events were abandoned give their leases back.
         self.worker
             .abandon_compactions(transport::ABANDON_WAIT)
@@ -302,7 +308,10 @@ impl Application {
             concurrency = self.settings.concurrency,
             "worker ready"
         );
-        server.run(shutdown.clone()).await;
+        tokio::join!(
+            server.run(shutdown.clone()),
+            self.worker.clone().run_idle_passes(shutdown.clone()),
+        );
         self.worker
             .abandon_compactions(transport::ABANDON_WAIT)
             .await;

@@ -89,6 +89,7 @@ pub struct Metrics {
     dead_letters: Counter,
     recalls: Family<OutcomeLabels, Counter>,
     overflows: Family<ReasonLabels, Counter>,
+    idle_sessions: Family<EventLabels, Counter>,
     in_flight: Gauge,
     lease_conflicts: Counter,
     pool_connections: Gauge,
@@ -130,6 +131,7 @@ impl Metrics {
         let dead_letters = Counter::default();
         let recalls = Family::<OutcomeLabels, Counter>::default();
         let overflows = Family::<ReasonLabels, Counter>::default();
+        let idle_sessions = Family::<EventLabels, Counter>::default();
         let in_flight: Gauge = Gauge::default();
         let limit: Gauge = Gauge::default();
         limit.set(i64::try_from(concurrency).unwrap_or(i64::MAX));
@@ -260,6 +262,12 @@ impl Metrics {
             overflows.clone(),
         );
         r.register(
+            "idle_sessions",
+            "Sessions an idle pass took (SUMMARIZATION_IDLE_AFTER_MS), by what it did with \
+             them: compacted, or skipped and why",
+            idle_sessions.clone(),
+        );
+        r.register(
             "events_in_flight",
             "Events being processed now",
             in_flight.clone(),
@@ -310,6 +318,7 @@ impl Metrics {
             dead_letters,
             recalls,
             overflows,
+            idle_sessions,
             in_flight,
             lease_conflicts,
             pool_connections,
@@ -461,6 +470,24 @@ impl Metrics {
     pub fn overflow(&self, reason: Reason) {
         let reason = reason.as_str();
         self.overflows.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// A session an idle pass took, and what it did with it.
+    pub fn idle_session(&self, outcome: &Outcome) {
+        let labels = EventLabels {
+            status: outcome.status().as_str(),
+            reason: outcome.reason().as_str(),
+        };
+        self.idle_sessions.get_or_create(&labels).inc();
+    }
+
+    /// Sessions an idle pass left as they were, idle for too long to be worth it.
+    pub fn idle_sessions_given_up(&self, n: u64) {
+        let labels = EventLabels {
+            status: "skipped",
+            reason: "stale",
+        };
+        self.idle_sessions.get_or_create(&labels).inc_by(n);
     }
 
     /// Marks an event in flight until the guard drops.

@@ -63,6 +63,7 @@ pub fn stats(report: &StatsReport) -> String {
                 stats.cached_prompt_tokens.to_string(),
             ),
             ("llm_requests", stats.llm_requests.to_string()),
+            ("tokens_saved_net", stats.tokens_saved_net.to_string()),
             (
                 "last_summarization_at",
                 stats

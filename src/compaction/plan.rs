@@ -80,6 +80,9 @@ pub struct Plan {
     pub removed_fingerprints: Vec<String>,
     /// The tokenizer's count of what is removed (see [`removed_tokens`]).
     pub tokens_removed: i64,
+    /// The tokens the results cleared in place no longer take (their text's count less
+    /// their placeholders'): with `tokens_removed`, what leaves the context.
+    pub tokens_cleared: i64,
     /// The model the session asks to be summarized with (`session_settings.model`).
     pub model: Option<String>,
     /// The request's focus for the summary (`instructions`).
@@ -113,7 +116,12 @@ impl Plan {
     }
 
     /// A clearing that is the whole compaction: no summary, nothing removed.
-    fn clearing_alone(session_chars: i64, messages_kept: i64, cleared: Vec<ClearedRow>) -> Self {
+    fn clearing_alone(
+        session_chars: i64,
+        messages_kept: i64,
+        cleared: Vec<ClearedRow>,
+        tokens_cleared: i64,
+    ) -> Self {
         Self {
             old: Vec::new().into(),
             context: Vec::new(),
@@ -126,6 +134,7 @@ impl Plan {
             removed_chars: Vec::new(),
             removed_fingerprints: Vec::new(),
             tokens_removed: 0,
+            tokens_cleared,
             model: None,
             instructions: None,
             cleared,
@@ -207,14 +216,21 @@ pub fn plan(
         // is the compaction.
         _ => {
             let kept = i64::try_from(messages.len()).unwrap_or(i64::MAX);
-            return Ok(Plan::clearing_alone(session_chars, kept, rows));
+            let tokens_cleared = tokens_cleared(&messages, &originals);
+            return Ok(Plan::clearing_alone(
+                session_chars,
+                kept,
+                rows,
+                tokens_cleared,
+            ));
         }
     };
     // A result in the old part goes with it (archived whole, as removed: a tool result
     // is never a system message, so it is removed exactly when it is before the cut);
     // one in the kept part is cleared in place.
-    let (removed_originals, _): (Vec<_>, Vec<_>) =
+    let (removed_originals, in_place_originals): (Vec<_>, Vec<_>) =
         originals.into_iter().partition(|(i, _)| *i < split.cut);
+    let tokens_cleared = tokens_cleared(&messages, &in_place_originals);
     let in_place = rows
         .into_iter()
         .zip(&clearing.cleared)
@@ -228,6 +244,7 @@ pub fn plan(
     };
     let mut plan = summary_plan(split, messages, &fingerprints, cleared);
     plan.session_chars = session_chars;
+    plan.tokens_cleared = tokens_cleared;
     Ok(plan)
 }
 
@@ -260,11 +277,10 @@ fn summary_plan(
         .collect();
     // What leaves the context is the cleared results' own text, not their placeholders.
     let tokens_removed = removed_tokens(split.removed(&messages))
-        + (cleared.removed_originals.iter())
-            .map(|(i, original)| count(original) - count(&messages[*i].content))
-            .sum::<i64>();
+        + tokens_cleared(&messages, &cleared.removed_originals);
     Plan {
         tokens_removed,
+        tokens_cleared: 0,
         removed_fingerprints,
         session_chars: messages.iter().map(|m| m.chars).sum(),
         chars_removed: removed_chars.iter().sum(),
@@ -291,6 +307,14 @@ fn summary_plan(
 pub fn removed_tokens<'a>(removed: impl Iterator<Item = &'a Message>) -> i64 {
     removed
         .map(|m| count(&m.content) + count(&m.tool_calls_text()))
+        .sum()
+}
+
+/// The tokens the cleared results' `originals` (by index) take beyond the placeholders
+/// that now stand in `messages`.
+fn tokens_cleared(messages: &[Message], originals: &[(usize, String)]) -> i64 {
+    (originals.iter())
+        .map(|(i, original)| count(original) - count(&messages[*i].content))
         .sum()
 }
 

@@ -49,6 +49,9 @@ pub struct Turn<'a> {
     pub forced: bool,
     /// It answers a context overflow (`"overflow": true`).
     pub overflow: bool,
+    /// The fleet started it in a session left idle (`SUMMARIZATION_IDLE_AFTER_MS`), no
+    /// agent asked: `"idle": true`.
+    pub idle: bool,
 }
 
 /// Everything the commit transaction writes, planned before the LLM call.
@@ -88,6 +91,8 @@ pub struct Record<'a> {
     /// The tokenizer's count of the removed part, and of the summary.
     pub tokens_removed: i64,
     pub summary_tokens: i64,
+    /// The tokens the results cleared in place no longer take (`tokens_cleared`).
+    pub tokens_cleared: i64,
     /// The fact check's figures; `None` when `SUMMARY_FACT_CHECK=off`.
     pub facts: Option<Figures>,
     pub request_id: &'a str,
@@ -105,6 +110,8 @@ pub struct Record<'a> {
     pub forced: bool,
     /// It answers a context overflow (`"overflow": true`): recorded as `overflow`.
     pub overflow: bool,
+    /// An idle pass started it (`"idle": true`).
+    pub idle: bool,
     /// The request's focus for the summary, recorded as `instructions` in the usage
     /// event, with who wrote them as `instructions_from`.
     pub instructions: Option<&'a Instructions>,
@@ -146,6 +153,7 @@ impl<'a> Record<'a> {
             summary_tokens: written.map_or(0, |w| {
                 i64::try_from(tokens::count(&w.text)).unwrap_or(i64::MAX)
             }),
+            tokens_cleared: plan.tokens_cleared,
             facts: written.and_then(|w| w.facts),
             request_id: turn.request_id,
             job_id: turn.job_id,
@@ -154,6 +162,7 @@ impl<'a> Record<'a> {
             cleared: &plan.cleared,
             forced: turn.forced,
             overflow: turn.overflow,
+            idle: turn.idle,
             instructions: written.and(plan.instructions.as_ref()),
         }
     }
@@ -208,6 +217,9 @@ impl<'a> Record<'a> {
         if self.overflow {
             metadata["overflow"] = json!(true);
         }
+        if self.idle {
+            metadata["idle"] = json!(true);
+        }
         if let Some(instructions) = self.instructions {
             metadata["instructions"] = json!(instructions.text);
             metadata["instructions_from"] = json!(instructions.from.as_str());
@@ -215,6 +227,7 @@ impl<'a> Record<'a> {
         if !self.cleared.is_empty() {
             metadata["tool_outputs_cleared"] = json!(self.cleared.len());
             metadata["chars_cleared"] = json!(self.chars_cleared());
+            metadata["tokens_cleared"] = json!(self.tokens_cleared);
         }
         metadata
     }
@@ -318,6 +331,7 @@ mod tests {
             job_id: Some("job-7"),
             forced: true,
             overflow: false,
+            idle: false,
         }
     }
 

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 pub use secret::{REDACTED, Secret, redact_url, url_credentials, url_secrets};
 pub use sections::{
-    Bounds, FactCheck, FactCheckMode, FallbackMode, Jobs, Limits, LlmSettings, NatsAuth,
+    Bounds, FactCheck, FactCheckMode, FallbackMode, Idle, Jobs, Limits, LlmSettings, NatsAuth,
     Precompute, Provider, ToolOutputs, Transport,
 };
 pub use table::{Kind, SETTINGS, Setting};
@@ -107,6 +107,8 @@ pub struct Settings {
     pub fact_check: FactCheck,
     /// `SUMMARIZATION_PRECOMPUTE_AT`, `PRECOMPUTE_CONCURRENCY`, `PRECOMPUTE_TTL_MS`.
     pub precompute: Precompute,
+    /// `SUMMARIZATION_IDLE_AFTER_MS`, `SUMMARIZATION_IDLE_THRESHOLD_CHARS`.
+    pub idle: Idle,
     /// `TOOL_OUTPUT_CLEARING`, `TOOL_OUTPUT_KEEP`, `TOOL_OUTPUT_MIN_CHARS`,
     /// `TOOL_OUTPUT_EXCLUDE`.
     pub tool_outputs: ToolOutputs,
@@ -154,6 +156,7 @@ impl Settings {
             (Fleet::read(&raw)?, Precompute::read(&raw)?),
         );
         settings.tool_outputs = ToolOutputs::read(&raw)?;
+        settings.idle = Idle::read(&raw)?;
         settings.threshold_tokens = raw.parse(&table::SUMMARIZATION_THRESHOLD_TOKENS)?;
         if !(0..=crate::protocol::MAX_TOKENS).contains(&settings.threshold_tokens) {
             return Err(ConfigError::invalid(
@@ -196,6 +199,7 @@ impl Settings {
             llm,
             fact_check,
             precompute,
+            idle: Idle::default(),
             tool_outputs: ToolOutputs::default(),
             threshold_tokens: 0,
             lease_duration: fleet.lease_duration,

@@ -462,6 +462,59 @@ impl Precompute {
     }
 }
 
+/// Compaction of sessions left idle (`SUMMARIZATION_IDLE_*`; see `crate::worker::idle`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Idle {
+    /// A session with no message written for this long is idle; zero is off.
+    pub after: Duration,
+    /// An idle session larger than this is compacted; 0: half its threshold.
+    pub threshold_chars: i64,
+}
+
+impl Idle {
+    pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
+        let threshold_chars: i64 = raw.parse(&SUMMARIZATION_IDLE_THRESHOLD_CHARS)?;
+        if threshold_chars < 0 {
+            return Err(ConfigError::invalid(
+                SUMMARIZATION_IDLE_THRESHOLD_CHARS.name,
+                format!(
+                    "must be 0 (half the threshold) or a number of chars, got {threshold_chars}"
+                ),
+            ));
+        }
+        Ok(Self {
+            after: raw.millis_or_zero(&SUMMARIZATION_IDLE_AFTER_MS)?,
+            threshold_chars,
+        })
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.after.is_zero()
+    }
+
+    /// How long idle a session may be before a pass gives up on it, takes it out of the
+    /// schedule and leaves it as it is: `after` and as long again, at least an hour
+    /// more. In a running fleet a pass takes a session seconds after it is due; older
+    /// ones were written before the fleet watched (the setting just turned on, or the
+    /// fleet down for long), and compacting all of them at once would spend LLM calls
+    /// on conversations long over.
+    pub fn give_up_after(&self) -> Duration {
+        self.after + self.after.max(Duration::from_secs(3600))
+    }
+
+    /// The chars over which an idle session whose own threshold is `threshold` and keep
+    /// `keep` is compacted: the setting, else half the threshold, never below the keep
+    /// (a session at its keep has nothing to compact).
+    pub fn threshold(&self, threshold: i64, keep: i64) -> i64 {
+        let idle = if self.threshold_chars > 0 {
+            self.threshold_chars
+        } else {
+            threshold / 2
+        };
+        idle.max(keep)
+    }
+}
+
 /// Clearing old tool output before a summary (`TOOL_OUTPUT_*`; see `crate::compaction::clearing`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolOutputs {

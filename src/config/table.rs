@@ -414,6 +414,23 @@ pub const PRECOMPUTE_TTL_MS: Setting = setting(
     Plain,
     |s| ms(s.precompute.ttl),
 );
+pub const SUMMARIZATION_IDLE_AFTER_MS: Setting = setting(
+    "SUMMARIZATION_IDLE_AFTER_MS",
+    "0",
+    "0: off; milliseconds: a session no message was written to for this long is compacted in the \
+     background over SUMMARIZATION_IDLE_THRESHOLD_CHARS, once per idle period (set it to the \
+     lifetime of the provider prompt cache: 300000, or 3600000 for extended caching)",
+    Plain,
+    |s| ms(s.idle.after),
+);
+pub const SUMMARIZATION_IDLE_THRESHOLD_CHARS: Setting = setting(
+    "SUMMARIZATION_IDLE_THRESHOLD_CHARS",
+    "0",
+    "an idle session larger than this many chars is compacted (0: half the threshold of the \
+     session; never below its keep)",
+    Plain,
+    |s| s.idle.threshold_chars.to_string(),
+);
 pub const TOOL_OUTPUT_CLEARING: Setting = setting(
     "TOOL_OUTPUT_CLEARING",
     "off",
@@ -543,6 +560,8 @@ pub const SETTINGS: &[Setting] = &[
     SUMMARIZATION_PRECOMPUTE_AT,
     PRECOMPUTE_CONCURRENCY,
     PRECOMPUTE_TTL_MS,
+    SUMMARIZATION_IDLE_AFTER_MS,
+    SUMMARIZATION_IDLE_THRESHOLD_CHARS,
     TOOL_OUTPUT_CLEARING,
     TOOL_OUTPUT_KEEP,
     TOOL_OUTPUT_MIN_CHARS,

@@ -603,3 +603,30 @@ fn a_recall_subject_that_a_turn_could_match_is_refused() {
     .unwrap();
     assert_eq!(s.recall_subject, "agents.recall");
 }
+
+#[test]
+fn idle_compaction_is_off_by_default_and_its_threshold_is_checked() {
+    let s = load(&[]).unwrap();
+    assert!(!s.idle.enabled());
+    let s = load(&[
+        ("SUMMARIZATION_IDLE_AFTER_MS", "300000"),
+        ("SUMMARIZATION_IDLE_THRESHOLD_CHARS", "40000"),
+    ])
+    .unwrap();
+    assert_eq!(s.idle.after, Duration::from_secs(300));
+    assert_eq!(s.idle.threshold(60_000, 20_000), 40_000);
+    assert_eq!(
+        s.idle.threshold(60_000, 50_000),
+        50_000,
+        "never below the keep"
+    );
+    assert_eq!(load(&[]).unwrap().idle.threshold(60_000, 20_000), 30_000);
+    assert_eq!(
+        setting_of(load(&[("SUMMARIZATION_IDLE_THRESHOLD_CHARS", "-1")]).unwrap_err()),
+        "SUMMARIZATION_IDLE_THRESHOLD_CHARS"
+    );
+    assert_eq!(
+        setting_of(load(&[("SUMMARIZATION_IDLE_AFTER_MS", "soon")]).unwrap_err()),
+        "SUMMARIZATION_IDLE_AFTER_MS"
+    );
+}

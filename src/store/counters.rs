@@ -1,5 +1,8 @@
 //! The no-op path: a session's counters and settings in one primary-key read
-//! ([`Counts`]), and the rows both backends decode them from.
+//! ([`Counts`]), and the rows both backends decode them from; and the idle schedule the
+//! counters' trigger keeps ([`Counts::claim_idle`]).
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -20,7 +23,41 @@ pub trait Counts: Send + Sync {
         &self,
         session_ids: &[&str],
     ) -> Result<Vec<(String, Counters)>, StoreError>;
+
+    /// Takes up to `limit` sessions into which no message was inserted for `idle_for`
+    /// (by `sessions.idle_since`, the longest idle first) out of the idle schedule, and
+    /// returns their ids: each idle period is claimed once across the fleet, and the
+    /// next message the agent inserts starts another. When the schedule's oldest entry is
+    /// idle for longer than `give_up_after`, takes up to a thousand such entries out
+    /// instead, returning none (`Claimed::dropped` says how many). Reads the schedule's
+    /// first entry alone when nothing is due, never waits for a row an agent's statement
+    /// holds (skips it: its write starts a new period anyway), and writes only the rows
+    /// it takes.
+    async fn claim_idle(
+        &self,
+        idle_for: Duration,
+        give_up_after: Duration,
+        limit: i64,
+    ) -> Result<Claimed, StoreError>;
 }
+
+/// What [`Counts::claim_idle`] took out of the idle schedule.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Claimed {
+    /// The sessions to compact, idle longest first.
+    pub sessions: Vec<String>,
+    /// Sessions idle too long to be worth it, left as they are.
+    pub dropped: u64,
+}
+
+impl Claimed {
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty() && self.dropped == 0
+    }
+}
+
+/// How many stale entries one statement takes out of the idle schedule.
+pub(super) const DROP_BATCH: i64 = 1000;
 
 /// A session's counters, maintained by triggers on `messages`, and its settings.
 #[derive(Clone, Debug, PartialEq)]

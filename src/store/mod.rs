@@ -37,7 +37,7 @@ pub mod sqlite;
 mod stats;
 
 pub use batch::CounterReader;
-pub use counters::{Counters, Counts};
+pub use counters::{Claimed, Counters, Counts};
 pub use dead_letters::{DeadLetter, DeadLetters, NewDeadLetter};
 pub use error::{StoreError, is_unreachable};
 pub use invariants::{CounterDrift, Finding, Invariant, Invariants, SessionCounts, Totals};

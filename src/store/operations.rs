@@ -203,6 +203,16 @@ pub(super) trait RestoreSteps: Send {
     /// many.
     async fn put_back_removed(&mut self, compaction: i64) -> Result<u64, sqlx::Error>;
 
+    /// The session's model turns and idle clock (`sessions.model_turns`, `idle_since`).
+    async fn activity(&mut self, session_id: &str) -> Result<Activity, sqlx::Error>;
+
+    /// Sets them back to `activity`.
+    async fn keep_activity(
+        &mut self,
+        session_id: &str,
+        activity: &Activity,
+    ) -> Result<(), sqlx::Error>;
+
     /// The cleared originals of `compaction` that cannot go back, by seq, with why
     /// ([`super::sql::UNRESTORABLE_CLEARED`]).
     async fn unrestorable_cleared(
@@ -219,6 +229,14 @@ pub(super) trait RestoreSteps: Send {
 
     /// Records the newest compaction not undone as the session's in force.
     async fn set_in_force(&mut self, session_id: &str) -> Result<(), sqlx::Error>;
+}
+
+/// What the counters' trigger counts of the agent's own writes: the model turns it made
+/// and when it last wrote (as text, whatever the backend stores).
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct Activity {
+    pub model_turns: i64,
+    pub idle_since: Option<String>,
 }
 
 /// The restore both backends run, in a transaction that already holds the session:
@@ -239,6 +257,10 @@ pub(super) async fn restore(
     if compactions.is_empty() {
         return Err(RestoreError::NothingToRestore(from));
     }
+    // The messages put back are the agent's old turns, not new ones: the counters'
+    // trigger counts them as model turns and as activity, which the restore takes back
+    // (before it marks the events restored, which banks their savings by the turns).
+    let activity = tx.activity(session_id).await?;
     let mut messages_restored = 0;
     let mut not_restored = Vec::new();
     for &compaction in &compactions {
@@ -250,6 +272,7 @@ pub(super) async fn restore(
             return Err(RestoreError::SummaryMissing(compaction));
         }
         let back = tx.put_back_removed(compaction).await?;
+        tx.keep_activity(session_id, &activity).await?;
         let kept = tx.unrestorable_cleared(compaction).await?;
         not_restored.extend(kept.into_iter().map(|(seq, why)| NotRestored {
             compaction_id: compaction,

@@ -45,6 +45,12 @@ pub struct Stats {
     pub cached_prompt_tokens: i64,
     /// Requests sent to the provider, retried ones included.
     pub llm_requests: i64,
+    /// For each compaction, the tokens it took out of the context (removed and cleared
+    /// in place, less its summary) times the model turns its session made after it
+    /// (until it was restored), summed, less what every summarization cost
+    /// (`prompt_tokens` + `completion_tokens`): docs/protocol.md, "What compaction
+    /// saves". Negative while the compactions have not yet paid for themselves.
+    pub tokens_saved_net: i64,
     pub average_chars_removed: Option<f64>,
     /// Upper bounds of the histogram buckets (a factor of sqrt 2 wide) holding the
     /// median and the 95th percentile of compaction durations.
@@ -109,9 +115,11 @@ pub(super) struct StatsRow {
 }
 
 /// The report from what the rollups hold: totals, failures by reason, the duration
-/// histogram's buckets and the per-day series.
+/// histogram's buckets and the per-day series; and the tokens the compactions saved
+/// before their cost (the sessions' `tokens_saved_*`, summed).
 pub(super) fn report(
     totals: StatsRow,
+    tokens_saved: i64,
     failures_by_reason: BTreeMap<String, i64>,
     buckets: &[(i16, i64)],
     daily: Vec<Day>,
@@ -128,6 +136,9 @@ pub(super) fn report(
             completion_tokens: totals.completion_tokens,
             cached_prompt_tokens: totals.cached_prompt_tokens,
             llm_requests: totals.llm_requests,
+            tokens_saved_net: tokens_saved
+                .saturating_sub(totals.prompt_tokens)
+                .saturating_sub(totals.completion_tokens),
             average_chars_removed: share(totals.total_chars_compacted),
             p50_duration_ms: percentile(buckets, 0.50),
             p95_duration_ms: percentile(buckets, 0.95),

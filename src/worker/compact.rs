@@ -35,6 +35,7 @@ impl Event {
             job_id: self.job_id.as_deref(),
             forced: self.overrides.force,
             overflow: self.overrides.overflow,
+            idle: self.idle,
         }
     }
 }

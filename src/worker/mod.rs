@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Bounds, FactCheck, Limits, Precompute, ToolOutputs};
+use crate::config::{Bounds, FactCheck, Idle, Limits, Precompute, ToolOutputs};
 use crate::metrics::Metrics;
 use crate::outcome::{Compaction, Outcome, Reason};
 use crate::overrides::{self, Overrides};
@@ -31,6 +31,7 @@ use crate::summarizer::Summarizer;
 
 mod compact;
 mod facts;
+mod idle;
 mod precompute;
 
 /// What a worker needs to know of the settings.
@@ -59,6 +60,8 @@ pub struct Policy {
     pub concurrency: usize,
     /// `SUMMARIZATION_PRECOMPUTE_AT` and its bounds.
     pub precompute: Precompute,
+    /// `SUMMARIZATION_IDLE_AFTER_MS` and `SUMMARIZATION_IDLE_THRESHOLD_CHARS`.
+    pub idle: Idle,
 }
 
 /// A validated event.
@@ -77,6 +80,9 @@ pub struct Event {
     /// recorded in the usage event so that a redelivery of the same job is recognised.
     /// `None` for requests.
     pub job_id: Option<String>,
+    /// An idle pass's, not an agent's (`SUMMARIZATION_IDLE_AFTER_MS`): the session is
+    /// compacted over its idle threshold, and nobody waits for the answer.
+    pub idle: bool,
 }
 
 impl Event {
@@ -87,6 +93,7 @@ impl Event {
             overrides: Overrides::default(),
             instructions: None,
             job_id: None,
+            idle: false,
         }
     }
 
@@ -208,7 +215,10 @@ enum Action {
 /// or one whose very history the planner refused with this keep before (no lease, no
 /// load) is skipped. The same rules but the threshold decide whether a session below it
 /// is worth a precompute. A forced or instructed compaction writes its own summary: a
-/// pending one was written without the instructions, and for another threshold.
+/// pending one was written without the instructions, and for another threshold. An idle
+/// pass's event has the session's idle threshold for its threshold
+/// ([`Idle::threshold`]), and neither applies nor prepares a pending summary (one is
+/// prepared for the turn's threshold).
 fn decide(
     policy: &Policy,
     tool_outputs: &ToolOutputs,
@@ -223,13 +233,16 @@ fn decide(
         };
     }
     let request = event.overrides;
-    let limits = overrides::for_event(
+    let mut limits = overrides::for_event(
         (policy.limits, policy.threshold_tokens),
         policy.bounds,
         &counters.settings,
         request,
         (counters.total_chars, counters.chars_per_token),
     );
+    if event.idle {
+        limits.threshold_chars = (policy.idle).threshold(limits.threshold_chars, limits.keep_chars);
+    }
     let clearing = overrides::clearing(tool_outputs, &counters.settings, request);
     let forced = request.force;
     let evict_over = tool_outputs.max_chars;
@@ -263,6 +276,7 @@ fn decide(
     // A session whose compactions clear first is not precomputed: its next compaction
     // may need no summary at all.
     let precompute = (below
+        && !event.idle
         && clearing.is_none()
         && blocked.is_none()
         && (policy.precompute).wanted(counters.total_chars, limits.threshold_chars))
@@ -275,6 +289,7 @@ fn decide(
                 && job.clearing.is_none()
                 && !job.forced
                 && !evicting
+                && !event.idle
                 && job.instructions.is_none(),
             job,
         },
@@ -337,7 +352,8 @@ impl Worker {
         let started = Instant::now();
         let (outcome, checked, precomputed) = self.decide(event).await;
         let duration = started.elapsed();
-        if matches!(outcome, Outcome::Compacted(_)) {
+        // What an agent waited: an idle pass's compaction kept no one waiting.
+        if matches!(outcome, Outcome::Compacted(_)) && !event.idle {
             self.metrics
                 .compaction_turn_took(precomputed, duration.as_secs_f64());
         }
@@ -360,6 +376,8 @@ impl Worker {
     pub async fn abandon_compactions(&self, within: Duration) {
         self.tasks.close();
         if self.tasks.is_empty() {
+            // Still fired: an idle session being decided starts no compaction after this.
+            self.abandon.cancel();
             return;
         }
         tracing::warn!(

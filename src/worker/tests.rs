@@ -26,6 +26,7 @@ fn policy() -> Policy {
             at: 0.5,
             ..Precompute::default()
         },
+        idle: Idle::default(),
     }
 }
 
@@ -197,4 +198,49 @@ fn the_token_threshold_triggers_through_the_reported_tokens() {
     };
     // The chars at which the session met its token threshold, at its own ratio.
     assert_eq!(job.limits.threshold_chars, 25_000);
+}
+
+/// An idle pass's event compacts over the idle threshold (half the session's, by
+/// default), never below the keep, and neither applies nor prepares a pending summary.
+#[test]
+fn an_idle_event_compacts_over_the_idle_threshold_without_pending_summaries() {
+    let idle = Event {
+        idle: true,
+        ..event(Overrides::default())
+    };
+    let policy = Policy {
+        idle: Idle {
+            after: Duration::from_secs(300),
+            threshold_chars: 0,
+        },
+        ..policy()
+    };
+    let decide_idle = |counters: &Counters, policy: &Policy| {
+        decide(policy, &ToolOutputs::default(), counters, &idle)
+    };
+
+    let small = decide_idle(&counters(30_000, 5), &policy);
+    assert_eq!(small.action, Action::Skip(Reason::BelowThreshold));
+    assert_eq!(small.precompute, None, "in the precompute band, but idle");
+    let Action::Compact { job, pending_first } = decide_idle(&counters(31_000, 5), &policy).action
+    else {
+        panic!("over half the threshold: compacted");
+    };
+    assert_eq!(job.limits.threshold_chars, 30_000);
+    assert_eq!(job.limits.keep_chars, 20_000);
+    assert!(!pending_first);
+
+    // A configured idle threshold below the keep is the keep.
+    let low = Policy {
+        idle: Idle {
+            threshold_chars: 5_000,
+            ..policy.idle
+        },
+        ..policy
+    };
+    let at_keep = decide_idle(&counters(20_000, 5), &low);
+    assert_eq!(at_keep.action, Action::Skip(Reason::BelowThreshold));
+    // The other rules hold.
+    let one_turn = decide_idle(&counters(50_000, 1), &policy);
+    assert_eq!(one_turn.action, Action::Skip(Reason::TooFewTurns));
 }

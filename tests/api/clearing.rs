@@ -631,3 +631,25 @@ async fn a_restore_never_writes_the_original_over_an_agents_edit_of_a_placeholde
     let report = app.check().await;
     assert!(report.is_clean(), "{report}");
 }
+
+/// A clearing saves what the placeholders no longer hold, in tokens, over every later
+/// model call, and costs nothing: `tokens_saved_net` counts it (docs/protocol.md, "What
+/// compaction saves").
+#[tokio::test]
+async fn a_clearing_alone_saves_its_cleared_tokens_over_every_later_turn() {
+    let app = spawn_app_with(&CLEARING).await;
+    one_long_turn(&app, "s").await;
+    assert_eq!(app.turn_starting("s").await.reason, Reason::Cleared);
+    let events = app.usage_events("s").await;
+    let cleared = events[0].4["tokens_cleared"].as_i64().unwrap();
+    // Three results of 1,500 chars of log lines, less their placeholders.
+    assert!((300..3_000).contains(&cleared), "{}", events[0].4);
+
+    for n in 0..3 {
+        app.append("s", "assistant", &format!("Next {n}."), None, None)
+            .await;
+    }
+
+    let stats = app.stats().await;
+    assert_eq!(stats["summary"]["tokens_saved_net"], json!(3 * cleared));
+}

@@ -291,3 +291,153 @@ async fn absurd_usage_is_clamped_not_a_failed_commit() {
     let series = "summarizer_llm_tokens_total{kind=\"completion\"} ";
     assert_eq!(metric(&metrics, series), max as f64, "{metrics}");
 }
+
+/// The session's `model_turns`, and the usage events' `model_turns` in order.
+async fn turns(app: &TestApp, session: &str) -> (i64, Vec<Option<i64>>) {
+    let session_turns: i64 = (app.db)
+        .query("SELECT model_turns FROM sessions WHERE session_id = $1")
+        .bind(session)
+        .scalar()
+        .await
+        .unwrap();
+    let at_events: Vec<(Option<i64>,)> = (app.db)
+        .query("SELECT model_turns FROM usage_events WHERE session_id = $1 ORDER BY id")
+        .bind(session)
+        .fetch_all()
+        .await
+        .unwrap();
+    (session_turns, at_events.into_iter().map(|(t,)| t).collect())
+}
+
+/// The tokens a compaction's event says it took out of the context.
+fn saved_per_turn(metadata: &Value) -> i64 {
+    let count = |field: &str| metadata[field].as_i64().unwrap_or(0);
+    count("tokens_removed") + count("tokens_cleared") - count("summary_tokens")
+}
+
+/// `tokens_saved_net` is the removed-less-summary tokens times the model turns made
+/// after the compaction, less its cost: negative until the later turns pay for it. Each
+/// assistant message the agent inserts is a turn; the summary, and the turns before the
+/// compaction, are not.
+#[tokio::test]
+async fn net_savings_count_the_turns_after_each_compaction_less_its_cost() {
+    let app = spawn_app_with(&[]).await;
+    script(&app, vec![answer(SUMMARY, "stop", (812, 64, 0))]).await;
+    app.append_turns("s", 5).await;
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    let (_, _, _, _, metadata) = the_event(&app, "s").await;
+    let saved = saved_per_turn(&metadata);
+    assert!(saved > 0, "{metadata}");
+    // Five turns of two model calls each (the tool call and the answer).
+    assert_eq!(turns(&app, "s").await, (10, vec![Some(10)]));
+    let net = |stats: &Value| stats["summary"]["tokens_saved_net"].as_i64().unwrap();
+    assert_eq!(net(&app.stats().await), -(812 + 64), "nothing saved yet");
+
+    app.append_turn("s", 6).await;
+    app.append_turn("s", 7).await;
+
+    assert_eq!(turns(&app, "s").await.0, 14);
+    assert_eq!(net(&app.stats().await), 4 * saved - (812 + 64));
+}
+
+/// A restore stops a compaction's savings and keeps what it had saved; the messages it
+/// puts back are old turns, not new ones; and the cost stays.
+#[tokio::test]
+async fn a_restore_banks_the_savings_so_far_and_adds_no_turns() {
+    let app = spawn_app_with(&[]).await;
+    script(&app, vec![answer(SUMMARY, "stop", (812, 64, 0))]).await;
+    app.append_turns("s", 5).await;
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    let (_, _, _, _, metadata) = the_event(&app, "s").await;
+    let saved = saved_per_turn(&metadata);
+    app.append_turn("s", 6).await;
+
+    app.store.restore("s", None).await.unwrap();
+    app.append_turn("s", 7).await;
+
+    assert_eq!(turns(&app, "s").await, (14, vec![Some(10)]));
+    let stats = app.stats().await;
+    assert_eq!(
+        stats["summary"]["tokens_saved_net"].as_i64().unwrap(),
+        2 * saved - (812 + 64),
+        "the two turns before the restore, not the two after"
+    );
+    assert!(app.check().await.is_clean());
+}
+
+/// Two compactions of one session each count from their own commit; a precomputed one
+/// applied by a turn takes its turns when it is applied.
+#[tokio::test]
+async fn each_compaction_counts_from_its_own_commit() {
+    let app = spawn_app_with(&[("SUMMARIZATION_PRECOMPUTE_AT", "0.5")]).await;
+    app.llm_answers(SUMMARY, std::time::Duration::ZERO).await;
+    app.append_turns("s", 3).await;
+    app.turn_starting("s").await;
+    eventually("a pending summary", || async {
+        let pending: Option<i64> = (app.db)
+            .query("SELECT prompt_tokens FROM pending_summaries WHERE session_id = 's'")
+            .scalar_optional()
+            .await
+            .unwrap();
+        pending.is_some()
+    })
+    .await;
+    app.append_turn("s", 4).await;
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    for n in 5..=9 {
+        app.append_turn("s", n).await;
+    }
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    app.append_turn("s", 10).await;
+
+    let events = app.usage_events("s").await;
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0].4["precomputed"], true, "{}", events[0].4);
+    assert_eq!(turns(&app, "s").await, (20, vec![Some(8), Some(18)]));
+    let (first, second) = (saved_per_turn(&events[0].4), saved_per_turn(&events[1].4));
+    let cost: i64 = events
+        .iter()
+        .map(|e| i64::from(e.2.unwrap() + e.3.unwrap()))
+        .sum();
+    assert_eq!(
+        app.stats().await["summary"]["tokens_saved_net"]
+            .as_i64()
+            .unwrap(),
+        first * 12 + second * 2 - cost
+    );
+}
+
+/// A restore that undoes two compactions at once banks each one's savings from its own
+/// commit to the restore.
+#[tokio::test]
+async fn a_restore_of_two_compactions_banks_each_from_its_own_commit() {
+    let app = spawn_app_with(&[]).await;
+    app.llm_answers(SUMMARY, std::time::Duration::ZERO).await;
+    app.append_turns("s", 5).await;
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    for n in 6..=9 {
+        app.append_turn("s", n).await;
+    }
+    assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
+    app.append_turn("s", 10).await;
+    let events = app.usage_events("s").await;
+    assert_eq!(events.len(), 2);
+    let first_id = events[0].0;
+
+    let restored = app.store.restore("s", Some(first_id)).await.unwrap();
+    assert_eq!(restored.compactions.len(), 2);
+    app.append_turn("s", 11).await;
+
+    assert_eq!(turns(&app, "s").await, (22, vec![Some(10), Some(18)]));
+    let (first, second) = (saved_per_turn(&events[0].4), saved_per_turn(&events[1].4));
+    let cost: i64 = (events.iter())
+        .map(|e| i64::from(e.2.unwrap() + e.3.unwrap()))
+        .sum();
+    assert_eq!(
+        app.stats().await["summary"]["tokens_saved_net"]
+            .as_i64()
+            .unwrap(),
+        first * (20 - 10) + second * (20 - 18) - cost,
+        "banked at the restore (20 turns), not after it"
+    );
+}

@@ -20,13 +20,13 @@ const PREFIX: &str = "summarizer.jobs";
 const STREAM: &str = "SUMMARIZER_JOBS";
 
 /// A private NATS with JetStream, storing in a directory of its own.
-async fn jetstream_server() -> NatsServer {
+pub async fn jetstream_server() -> NatsServer {
     let dir = std::env::temp_dir().join(format!("summarizer-js-{:08x}", fastrand::u32(..)));
     NatsServer::start(&["-js", "-sd", dir.to_str().unwrap()]).await
 }
 
 /// A test app whose workers pull jobs from `nats` (and serve no requests).
-async fn jobs_app(nats: &NatsServer, overrides: &[(&str, &str)]) -> TestApp {
+pub async fn jobs_app(nats: &NatsServer, overrides: &[(&str, &str)]) -> TestApp {
     let url = nats.url();
     let mut all = vec![("NATS_URL", url.as_str()), ("TRANSPORT", "jetstream")];
     all.extend_from_slice(overrides);

@@ -31,6 +31,7 @@ mod facts;
 mod fixtures;
 mod fleet;
 mod helpers;
+mod idle;
 mod in_process;
 mod isolation;
 mod jobs;

@@ -47,6 +47,12 @@ async fn agents_writing_during_compactions_never_deadlock_and_lose_nothing() {
         // that can take seconds, and a timeout here is not what this test is about.
         ("LLM_TIMEOUT_MS", "20000"),
         ("LLM_DEADLINE_MS", "30000"),
+        // Idle passes race the agents too: a session is due once the second it was last
+        // written in is over (the schedule's resolution), which happens between an
+        // agent's rounds.
+        ("SUMMARIZATION_IDLE_AFTER_MS", "1"),
+        // Over the keep is enough: the forced compactions keep the sessions small.
+        ("SUMMARIZATION_IDLE_THRESHOLD_CHARS", "1"),
     ])
     .await;
     app.llm_answers(SUMMARY, Duration::from_millis(20)).await;
@@ -101,6 +107,7 @@ async fn agents_writing_during_compactions_never_deadlock_and_lose_nothing() {
     let mut compactions = 0;
     let mut precomputed = 0;
     let mut forced_commits = 0;
+    let mut idle_commits = 0;
     for (s, agent) in agents_seen.iter().enumerate() {
         let session = format!("storm-{s}");
         let mut stored: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -137,12 +144,30 @@ async fn agents_writing_during_compactions_never_deadlock_and_lose_nothing() {
             compactions += 1;
             precomputed += usize::from(metadata["precomputed"] == json!(true));
             forced_commits += usize::from(metadata["forced"] == json!(true));
+            idle_commits += usize::from(metadata["idle"] == json!(true));
         }
     }
     let statements: usize = agents_seen.iter().map(|a| a.statements).sum();
     eprintln!(
         "storm: {statements} agent statements, {compactions} compactions \
-         ({forced_commits} forced, {precomputed} from pending summaries), {conflicts} conflicts"
+         ({forced_commits} forced, {idle_commits} idle, {precomputed} from pending summaries), \
+         {conflicts} conflicts"
+    );
+    let text = crate::facts::metrics(&app).await;
+    let idle_taken: f64 = (text.lines())
+        .filter(|line| line.starts_with("summarizer_idle_sessions_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("summarizer_idle_sessions_total{"))
+    {
+        eprintln!("storm: {line}");
+    }
+    assert!(idle_taken >= 1.0, "no idle pass met the agents\n{text}");
+    assert!(
+        !text.contains("summarizer_idle_sessions_total{status=\"failed\""),
+        "{text}"
     );
     // The storm met the worker's writes: not a run where nothing raced.
     assert!(

@@ -132,8 +132,9 @@ async fn the_benchmark_smoke_run_reports_every_figure() {
     // No target is asserted (a smoke run on a shared CI machine measures little), but
     // every figure must be there and be a real measurement.
     let targets = report["targets"].as_array().unwrap();
-    // 11 on Postgres, 12 on recall (6 a store), 3 on SQLite.
-    assert_eq!(targets.len(), 26, "{stdout}");
+    // 11 on Postgres, 12 on recall (6 a store), 3 on SQLite, 8 on the idle schedule (4 a
+    // store).
+    assert_eq!(targets.len(), 34, "{stdout}");
     for target in targets {
         assert!(target["ours"].as_f64().unwrap() > 0.0, "{target}");
         assert!(target["baseline"].as_f64().unwrap() > 0.0, "{target}");

@@ -2,8 +2,10 @@
 
 use super::PgStore;
 use crate::store::Counts;
-use crate::store::counters::{CountersRow, SessionCountersRow};
-use crate::store::{Counters, StoreError};
+use crate::store::counters::{CountersRow, DROP_BATCH, SessionCountersRow};
+use crate::store::{Claimed, Counters, StoreError};
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 /// A counters row ([`CountersRow`]) of the `sessions` row joined with its settings, as
@@ -73,5 +75,79 @@ impl Counts for PgStore {
             .into_iter()
             .map(|row| (row.session_id, row.counters.into()))
             .collect())
+    }
+
+    /// The age of the schedule's first entry (one index read) says what to do: nothing
+    /// (none is due: no write), take stale entries out, or claim due ones in one
+    /// statement: the oldest entries of `sessions_idle` locked (skipping those an
+    /// agent's statement holds), taken out of the schedule and returned. `idle_since` is
+    /// kept to the second: a second more is waited, so that no session is claimed before
+    /// `idle_for` has passed.
+    ///
+    /// # Errors
+    /// When the database is unreachable.
+    async fn claim_idle(
+        &self,
+        idle_for: Duration,
+        give_up_after: Duration,
+        limit: i64,
+    ) -> Result<Claimed, StoreError> {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let (due, stale) = (ms(idle_for).saturating_add(1000), ms(give_up_after));
+        // Not `EXISTS (... WHERE idle_since <= $1)`: once the statement is prepared, its
+        // generic plan cannot tell how many rows that bound takes, and scanned the table
+        // (100 ms at a million sessions). A `min` reads the index's first entry.
+        let oldest_ms: Option<i64> = sqlx::query_scalar(
+            "SELECT floor(1000 * extract(epoch FROM statement_timestamp() - min(idle_since)))::bigint
+             FROM sessions WHERE idle_since IS NOT NULL",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        match oldest_ms {
+            Some(age) if age > stale => {
+                let dropped = sqlx::query(
+                    "UPDATE sessions SET idle_since = NULL
+                     FROM (
+                         SELECT session_id FROM sessions
+                         WHERE idle_since < statement_timestamp() - $1 * interval '1 millisecond'
+                         ORDER BY idle_since
+                         LIMIT $2
+                         FOR UPDATE SKIP LOCKED
+                     ) AS stale
+                     WHERE sessions.session_id = stale.session_id",
+                )
+                .bind(stale)
+                .bind(DROP_BATCH)
+                .execute(&self.pool)
+                .await?;
+                Ok(Claimed {
+                    sessions: Vec::new(),
+                    dropped: dropped.rows_affected(),
+                })
+            }
+            Some(age) if age >= due => {
+                let sessions = sqlx::query_scalar(
+                    "UPDATE sessions SET idle_since = NULL
+                     FROM (
+                         SELECT session_id FROM sessions
+                         WHERE idle_since <= statement_timestamp() - $1 * interval '1 millisecond'
+                         ORDER BY idle_since
+                         LIMIT $2
+                         FOR UPDATE SKIP LOCKED
+                     ) AS due
+                     WHERE sessions.session_id = due.session_id
+                     RETURNING sessions.session_id",
+                )
+                .bind(due)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(Claimed {
+                    sessions,
+                    dropped: 0,
+                })
+            }
+            _ => Ok(Claimed::default()),
+        }
     }
 }

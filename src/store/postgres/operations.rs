@@ -10,7 +10,7 @@ use super::PgStore;
 use crate::store::Operations;
 use crate::store::millis;
 use crate::store::operations::SessionRow;
-use crate::store::operations::{self, RestoreSteps};
+use crate::store::operations::{self, Activity, RestoreSteps};
 use crate::store::sql::{
     COMPACTION_REMOVED, DELETE_RESTORED_SUMMARY, DELETE_UNCLEARED, LAST_COMPACTION_IN_FORCE,
     RESTORABLE_COMPACTIONS, UNCLEAR, UNRESTORABLE_CLEARED,
@@ -204,6 +204,33 @@ impl RestoreSteps for PgRestore<'_> {
         .execute(&mut *self.0)
         .await?;
         Ok(back.rows_affected())
+    }
+
+    async fn activity(&mut self, session_id: &str) -> Result<Activity, sqlx::Error> {
+        sqlx::query_as(
+            "SELECT model_turns, idle_since::text AS idle_since FROM sessions
+             WHERE session_id = $1",
+        )
+        .bind(session_id)
+        .fetch_one(&mut *self.0)
+        .await
+    }
+
+    async fn keep_activity(
+        &mut self,
+        session_id: &str,
+        activity: &Activity,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE sessions SET model_turns = $2, idle_since = $3::timestamptz
+             WHERE session_id = $1",
+        )
+        .bind(session_id)
+        .bind(activity.model_turns)
+        .bind(activity.idle_since.as_deref())
+        .execute(&mut *self.0)
+        .await?;
+        Ok(())
     }
 
     async fn unrestorable_cleared(

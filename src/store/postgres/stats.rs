@@ -48,6 +48,17 @@ impl Aggregates for PgStore {
         )
         .fetch_one(&self.pool)
         .await?;
+        // One pass over the sessions (docs/benchmarks.md: what it costs at a million).
+        let tokens_saved: i64 = sqlx::query_scalar(
+            "SELECT least(greatest(coalesce(sum(model_turns::numeric * tokens_saved_per_turn
+                                                - tokens_saved_offset + tokens_saved_banked), 0),
+                                   -9e18), 9e18)::bigint
+             FROM sessions
+             WHERE tokens_saved_per_turn <> 0 OR tokens_saved_offset <> 0
+                OR tokens_saved_banked <> 0",
+        )
+        .fetch_one(&self.pool)
+        .await?;
         let failures: BTreeMap<String, i64> =
             sqlx::query_as::<_, (String, i64)>(FAILURES_BY_REASON)
                 .fetch_all(&self.pool)
@@ -77,6 +88,6 @@ impl Aggregates for PgStore {
         .bind(days)
         .fetch_all(&self.pool)
         .await?;
-        Ok(report(totals, failures, &buckets, daily))
+        Ok(report(totals, tokens_saved, failures, &buckets, daily))
     }
 }

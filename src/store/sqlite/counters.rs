@@ -2,8 +2,10 @@
 
 use super::{SqliteStore, now_ms};
 use crate::store::Counts;
-use crate::store::counters::{CountersRow, SessionCountersRow};
-use crate::store::{Counters, StoreError};
+use crate::store::counters::{CountersRow, DROP_BATCH, SessionCountersRow};
+use crate::store::{Claimed, Counters, StoreError};
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 /// A counters row ([`CountersRow`]) of the `sessions` row joined with its settings, as
@@ -65,5 +67,70 @@ impl Counts for SqliteStore {
             .into_iter()
             .map(|row| (row.session_id, row.counters.into()))
             .collect())
+    }
+
+    /// As Postgres's, by this process's clock; each statement is atomic under the
+    /// file's writer lock, which a pass that finds nothing due does not take.
+    ///
+    /// # Errors
+    /// When the database fails.
+    async fn claim_idle(
+        &self,
+        idle_for: Duration,
+        give_up_after: Duration,
+        limit: i64,
+    ) -> Result<Claimed, StoreError> {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let now = now_ms();
+        let (due, stale) = (
+            now.saturating_sub(ms(idle_for)).saturating_sub(1000),
+            now.saturating_sub(ms(give_up_after)),
+        );
+        let oldest: Option<i64> =
+            sqlx::query_scalar("SELECT min(idle_since) FROM sessions WHERE idle_since IS NOT NULL")
+                .fetch_one(&self.pool)
+                .await?;
+        match oldest {
+            Some(at) if at < stale => {
+                let dropped = sqlx::query(
+                    "UPDATE sessions SET idle_since = NULL
+                     WHERE session_id IN (
+                         SELECT session_id FROM sessions
+                         WHERE idle_since < $1
+                         ORDER BY idle_since
+                         LIMIT $2
+                     )",
+                )
+                .bind(stale)
+                .bind(DROP_BATCH)
+                .execute(&self.pool)
+                .await?;
+                Ok(Claimed {
+                    sessions: Vec::new(),
+                    dropped: dropped.rows_affected(),
+                })
+            }
+            Some(at) if at <= due => {
+                let sessions = sqlx::query_scalar(
+                    "UPDATE sessions SET idle_since = NULL
+                     WHERE session_id IN (
+                         SELECT session_id FROM sessions
+                         WHERE idle_since <= $1
+                         ORDER BY idle_since
+                         LIMIT $2
+                     )
+                     RETURNING session_id",
+                )
+                .bind(due)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(Claimed {
+                    sessions,
+                    dropped: 0,
+                })
+            }
+            _ => Ok(Claimed::default()),
+        }
     }
 }

@@ -47,6 +47,17 @@ impl Aggregates for SqliteStore {
         .bind(RFC3339)
         .fetch_one(&self.pool)
         .await?;
+        // One pass over the sessions; `total` is a float, where an integer sum could
+        // overflow.
+        let tokens_saved: f64 = sqlx::query_scalar(
+            "SELECT total(model_turns * tokens_saved_per_turn - tokens_saved_offset
+                          + tokens_saved_banked)
+             FROM sessions
+             WHERE tokens_saved_per_turn <> 0 OR tokens_saved_offset <> 0
+                OR tokens_saved_banked <> 0",
+        )
+        .fetch_one(&self.pool)
+        .await?;
         let failures: BTreeMap<String, i64> =
             sqlx::query_as::<_, (String, i64)>(FAILURES_BY_REASON)
                 .fetch_all(&self.pool)
@@ -77,6 +88,12 @@ impl Aggregates for SqliteStore {
         .bind(days)
         .fetch_all(&self.pool)
         .await?;
-        Ok(report(totals, failures, &buckets, daily))
+        Ok(report(
+            totals,
+            tokens_saved as i64,
+            failures,
+            &buckets,
+            daily,
+        ))
     }
 }

@@ -12,6 +12,7 @@
 //! memory; and the no-op and compaction paths on a SQLite file, against SQLite's own
 //! bare primary-key read (`sqlite`).
 
+mod idle;
 mod load;
 mod precompute;
 mod recall;
@@ -80,6 +81,9 @@ pub struct BenchArgs {
     /// Run only the recall scenario.
     #[arg(long, hide = true)]
     pub only_recall: bool,
+    /// Run only the idle schedule's scenario.
+    #[arg(long, hide = true)]
+    pub only_idle: bool,
 }
 
 /// How many operations each figure takes.
@@ -96,8 +100,11 @@ struct Sizes {
     only_precompute: bool,
     only_sqlite: bool,
     only_recall: bool,
+    only_idle: bool,
     /// The archive sizes recall is measured at, ascending.
     recall: [usize; 2],
+    /// The sessions the idle schedule is measured among.
+    idle: idle::Scale,
 }
 
 impl Sizes {
@@ -119,7 +126,12 @@ impl Sizes {
                 only_precompute: args.only_precompute,
                 only_sqlite: args.only_sqlite,
                 only_recall: args.only_recall,
+                only_idle: args.only_idle,
                 recall: [2_000, 20_000],
+                idle: idle::Scale {
+                    sessions: 20_000,
+                    due: 640,
+                },
             }
         } else {
             Self {
@@ -138,7 +150,12 @@ impl Sizes {
                 only_precompute: args.only_precompute,
                 only_sqlite: args.only_sqlite,
                 only_recall: args.only_recall,
+                only_idle: args.only_idle,
                 recall: [10_000, 1_000_000],
+                idle: idle::Scale {
+                    sessions: 1_000_000,
+                    due: 9_600,
+                },
             }
         }
     }
@@ -188,6 +205,12 @@ async fn measure(
 ) -> anyhow::Result<Report> {
     let (database_url, store) = (db.url.as_str(), &db.store);
     let nats = || async { summarizer::transport::connect_once(settings, "summarizer-bench").await };
+    if sizes.only_idle {
+        return Ok(Report {
+            idle: Some(idle::measure(db, sizes.idle, sizes.sequential).await?),
+            ..Report::default()
+        });
+    }
     if sizes.only_recall {
         return Ok(Report {
             recall: recall::measure(db, &sizes.recall, sizes.sequential).await?,
@@ -356,6 +379,7 @@ async fn measure(
     report.stats = Some(stats_at_scale(db, sizes.usage_events).await?);
     report.usage_events = sizes.usage_events;
     report.recall = recall::measure(db, &sizes.recall, sizes.sequential).await?;
+    report.idle = Some(idle::measure(db, sizes.idle, sizes.sequential).await?);
     // Last, so the Postgres figures are taken as they were before it existed.
     report.sqlite = Some(sqlite::measure(tag, sizes, nats().await?, &llm.url).await?);
     echo.kill().await?;
@@ -424,6 +448,7 @@ fn in_process_policy() -> Policy {
         llm_deadline: Duration::from_secs(60),
         concurrency: 64,
         precompute: summarizer::config::Precompute::default(),
+        idle: summarizer::config::Idle::default(),
     }
 }
 
