@@ -119,6 +119,15 @@ pub struct SessionView {
     pub lease_expires_at: Option<String>,
     pub failures: i64,
     pub retry_at: Option<String>,
+    /// The model calls the agent made (assistant messages inserted).
+    pub model_turns: i64,
+    /// When the agent last inserted a message, to the second, while the session is in
+    /// the idle schedule; `None` once an idle pass took it (docs/protocol.md, "Idle
+    /// compaction").
+    pub idle_since: Option<String>,
+    /// The tokens its compactions saved over its later model calls, before their cost
+    /// (docs/protocol.md, "What compaction saves").
+    pub tokens_saved: i64,
     /// Its row of `session_settings` (`null` fields inherit the configuration).
     pub settings: SessionSettings,
     /// The newest compactions first: `(id, at, messages_removed, chars_removed, restored)`.
@@ -136,6 +145,9 @@ pub(super) struct SessionRow {
     lease_expires_at: Option<String>,
     failures: i64,
     retry_at: Option<String>,
+    model_turns: i64,
+    idle_since: Option<String>,
+    tokens_saved: i64,
     #[sqlx(flatten)]
     settings: SettingsRow,
 }
@@ -151,6 +163,9 @@ impl SessionView {
             lease_expires_at: row.lease_expires_at,
             failures: row.failures,
             retry_at: row.retry_at,
+            model_turns: row.model_turns,
+            idle_since: row.idle_since,
+            tokens_saved: row.tokens_saved,
             settings: row.settings.into(),
             compactions,
         }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use summarizer::outcome::Status;
 
 use crate::helpers::{SUMMARY, spawn_app};
@@ -123,6 +123,25 @@ async fn session_shows_counters_lease_and_compactions() {
         reply.chars_removed.unwrap()
     );
     assert_eq!(view["compactions"][0]["restored"], false);
+    // Five turns of two model calls; none since the compaction, which saved nothing yet;
+    // the agent's last insert scheduled it for an idle pass.
+    assert_eq!(view["model_turns"], 10);
+    assert_eq!(view["tokens_saved"], 0);
+    assert!(
+        view["idle_since"].as_str().unwrap().ends_with('Z'),
+        "{view}"
+    );
+    app.append("s", "assistant", "One more call.", None, None)
+        .await;
+    let view: Value =
+        serde_json::from_slice(&summarizer(&app.database_url, &["session", "s"]).stdout).unwrap();
+    let metadata = &app.usage_events("s").await[0].4;
+    let saved =
+        metadata["tokens_removed"].as_i64().unwrap() - metadata["summary_tokens"].as_i64().unwrap();
+    assert_eq!(
+        (&view["model_turns"], &view["tokens_saved"]),
+        (&json!(11), &json!(saved))
+    );
     let unknown = summarizer(&app.database_url, &["session", "nobody"]);
     assert!(!unknown.status.success());
 }

@@ -35,7 +35,11 @@ impl Operations for PgStore {
             "SELECT total_chars, message_count::bigint AS message_count,
                     human_turns::bigint AS human_turns, lease_owner,
                     to_char(lease_expires_at AT TIME ZONE 'UTC', $2) AS lease_expires_at,
-                    failures::bigint AS failures, to_char(retry_at AT TIME ZONE 'UTC', $2) AS retry_at, ",
+                    failures::bigint AS failures, to_char(retry_at AT TIME ZONE 'UTC', $2) AS retry_at,
+                    model_turns, to_char(idle_since AT TIME ZONE 'UTC', $2) AS idle_since,
+                    least(greatest(model_turns::numeric * tokens_saved_per_turn
+                                   - tokens_saved_offset + tokens_saved_banked, -9e18), 9e18)::bigint
+                        AS tokens_saved, ",
             settings_columns_sql!(),
             "
              FROM sessions LEFT JOIN session_settings AS st USING (session_id)

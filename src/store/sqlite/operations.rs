@@ -42,7 +42,10 @@ impl Operations for SqliteStore {
         let Some(row): Option<SessionRow> = sqlx::query_as(concat!(
             "SELECT total_chars, message_count, human_turns, lease_owner,
                     strftime($2, lease_expires_at / 1000.0, 'unixepoch') AS lease_expires_at,
-                    failures, strftime($2, retry_at / 1000.0, 'unixepoch') AS retry_at, ",
+                    failures, strftime($2, retry_at / 1000.0, 'unixepoch') AS retry_at,
+                    model_turns, strftime($2, idle_since / 1000.0, 'unixepoch') AS idle_since,
+                    CAST(min(max(model_turns * tokens_saved_per_turn - tokens_saved_offset
+                                 + tokens_saved_banked, -9e18), 9e18) AS INTEGER) AS tokens_saved, ",
             settings_columns_sql!(),
             "
              FROM sessions LEFT JOIN session_settings AS st USING (session_id)
