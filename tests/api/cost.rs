@@ -12,8 +12,8 @@ use wiremock::matchers::method;
 use wiremock::{Mock, Request, Respond, ResponseTemplate};
 
 use crate::facts::metrics;
-use crate::helpers::{SUMMARY, TestApp, eventually, spawn_app_with};
-use crate::precompute::metric;
+use crate::helpers::{SUMMARY, TestApp, spawn_app_with};
+use crate::precompute::{metric, until_pending};
 
 /// Answers the scripted responses in turn, the last one to every later request.
 struct Script(Vec<ResponseTemplate>, AtomicUsize);
@@ -211,15 +211,7 @@ async fn a_pending_summary_carries_its_cost_into_the_event_that_applies_it() {
     script(&app, vec![answer(SUMMARY, "stop", (812, 64, 512))]).await;
     app.append_turns("s", 3).await;
     app.turn_starting("s").await;
-    eventually("a pending summary", || async {
-        let pending: Option<i64> = (app.db)
-            .query("SELECT cached_prompt_tokens FROM pending_summaries WHERE session_id = 's'")
-            .scalar_optional()
-            .await
-            .unwrap();
-        pending.is_some()
-    })
-    .await;
+    until_pending(&app, "s").await;
 
     app.append_turn("s", 4).await;
     let reply = app.turn_starting("s").await;
@@ -373,15 +365,7 @@ async fn each_compaction_counts_from_its_own_commit() {
     app.llm_answers(SUMMARY, std::time::Duration::ZERO).await;
     app.append_turns("s", 3).await;
     app.turn_starting("s").await;
-    eventually("a pending summary", || async {
-        let pending: Option<i64> = (app.db)
-            .query("SELECT prompt_tokens FROM pending_summaries WHERE session_id = 's'")
-            .scalar_optional()
-            .await
-            .unwrap();
-        pending.is_some()
-    })
-    .await;
+    until_pending(&app, "s").await;
     app.append_turn("s", 4).await;
     assert_eq!(app.turn_starting("s").await.status, Status::Compacted);
     for n in 5..=9 {

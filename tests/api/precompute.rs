@@ -32,7 +32,7 @@ async fn pending_cut(app: &TestApp, session: &str) -> Option<i64> {
         .unwrap()
 }
 
-async fn until_pending(app: &TestApp, session: &str) -> i64 {
+pub async fn until_pending(app: &TestApp, session: &str) -> i64 {
     eventually("a pending summary", || async {
         pending_cut(app, session).await.is_some()
     })
