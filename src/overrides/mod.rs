@@ -136,9 +136,13 @@ impl SessionSettings {
     }
 }
 
+/// A size in chars: a positive integer. One too large for an `i64` is `i64::MAX`, as on
+/// the wire (docs/settings.md): the worker clamps it to its bound when it is used.
 fn positive(key: Key, value: &str) -> Result<i64, InvalidSetting> {
+    let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
     match value.parse::<i64>() {
         Ok(n) if n > 0 => Ok(n),
+        Err(_) if digits && value.bytes().any(|b| b != b'0') => Ok(i64::MAX),
         _ => Err(InvalidSetting(format!(
             "{} must be a positive integer, got {value:?}",
             key.name()

@@ -215,6 +215,34 @@ fn edits_apply_in_order_and_unset_inherits() {
     assert_eq!(back.enabled, None);
 }
 
+/// As on the wire: a size too large for an `i64` is the largest one, clamped to the
+/// bounds when used, not refused as "not a positive integer" though it is one.
+#[test]
+fn a_session_size_past_two_to_the_64_is_clamped_not_rejected() {
+    let huge = "1".repeat(400);
+    for value in ["18446744073709551616", huge.as_str()] {
+        let set = SessionSettings::default()
+            .changed(&[change(&format!("threshold_chars={value}"))], CONFIGURED)
+            .unwrap();
+        assert_eq!(set.threshold_chars, Some(i64::MAX), "{value}");
+        let got = limits(CONFIGURED, bounds(), &set, Overrides::default());
+        assert_eq!(got.threshold_chars, bounds().max_threshold_chars);
+    }
+    for bad in [
+        "-18446744073709551616",
+        "1e30",
+        "000",
+        "18446744073709551616.0",
+    ] {
+        assert!(
+            SessionSettings::default()
+                .changed(&[change(&format!("threshold_chars={bad}"))], CONFIGURED)
+                .is_err(),
+            "{bad}"
+        );
+    }
+}
+
 #[test]
 fn bad_edits_say_what_is_wrong() {
     let err = |changes: &[Change]| {
