@@ -1,6 +1,6 @@
 //! The crate's modules form no loop, at any depth: no module imports a sibling that
 //! imports it back, directly or through others (the top-level modules among themselves,
-//! `store::postgres::commit` among `store::postgres`'s, `extractive::units` among
+//! `store::postgres::leases` among `store::postgres`'s, `extractive::units` among
 //! `extractive`'s). A loop makes every module in it depend on all the others (the store
 //! on the LLM layer, say), so none can be read, tested or moved alone. A module may use
 //! its parent's items and its children's: those are one module's parts.
@@ -35,8 +35,8 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module a file is: `store/postgres/commit.rs` and `store/postgres/commit/mod.rs`
-/// are `store::postgres::commit`. `None` for the crate root, the binary's `main.rs` and
+/// The module a file is: `store/postgres/leases.rs` and `store/postgres/leases/mod.rs`
+/// are `store::postgres::leases`. `None` for the crate root, the binary's `main.rs` and
 /// this test.
 fn module_of(src: &Path, file: &Path) -> Option<ModulePath> {
     let relative = file.strip_prefix(src).unwrap();

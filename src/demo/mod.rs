@@ -358,13 +358,11 @@ fn print_history(title: &str, messages: &[Message]) {
             continue;
         }
         let mut preview: String = m.content.split_whitespace().collect::<Vec<_>>().join(" ");
-        if let Some(calls) = m.tool_calls.as_ref().and_then(Value::as_array) {
-            for call in calls {
-                let call = crate::message::ToolCall(call);
-                let name = call.name().unwrap_or("(unnamed)");
-                let args = call.arguments().unwrap_or_default();
-                preview.push_str(&format!(" → {name}({args})"));
-            }
+        for call in m.calls().iter() {
+            let call = crate::message::ToolCall(call);
+            let name = call.name().unwrap_or("(unnamed)");
+            let args = call.arguments().unwrap_or_default();
+            preview.push_str(&format!(" → {name}({args})"));
         }
         let preview: String = preview.chars().take(90).collect();
         let role = match m.role {

@@ -49,7 +49,7 @@ impl Counts for PgStore {
     /// whatever the table's size. The LIMIT keeps the lateral subquery from being
     /// flattened into a join, which the planner turned into a sequential scan of all
     /// sessions (hashed) for small tables, and a plain `session_id = ANY($1)` also went
-    /// that way (profiled: 20% of the machine's CPU in Postgres at 26k no-op events/s).
+    /// that way (docs/benchmarks.md, "Figures behind the code").
     ///
     /// # Errors
     /// When the database is unreachable.

@@ -29,8 +29,8 @@ use super::{Backend, Lifecycle, StoreError};
 /// loaded has another `xmin`, whatever its content and length; an UPDATE that writes the
 /// same values also changes it, which only makes the commit give up (`conflict`) where
 /// it need not. It costs nothing to read, where an md5 over each row's text cost the
-/// load and the commit about 1.5 ms each on a 1,000-message session (EXPLAIN ANALYZE),
-/// a third of a compaction's own cost. (Freezing keeps the value `xmin` reads; the
+/// load and the commit a third of a compaction's own cost (docs/benchmarks.md, "Figures
+/// behind the code"). (Freezing keeps the value `xmin` reads; the
 /// 32-bit id wraps around only over billions of transactions, not within a lease.)
 /// Load and commit splice this same text, so they cannot disagree on what is read.
 macro_rules! fingerprint_sql {

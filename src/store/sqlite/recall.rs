@@ -56,8 +56,9 @@ const RECALLED_COLUMNS: &str = "a.seq, a.role, a.tool_call_id, substr(a.content,
          LIMIT 1)
      END AS tool_name";
 
-/// How many SQLite VM instructions run between two looks at a search's deadline: about
-/// every 10 us, for a clock read that costs well under 1 us.
+/// How many SQLite VM instructions run between two looks at a search's deadline: often
+/// enough that a search stops soon after it, rarely enough that the clock reads cost
+/// nothing measurable (docs/benchmarks.md, "Figures behind the code").
 const CHECK_EVERY: i32 = 1_000;
 
 impl SqliteStore {
