@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use summarizer::outcome::{Reason, Status};
 
-use crate::helpers::{SUMMARY, TestApp, filler, spawn_app_with};
+use crate::helpers::{SUMMARY, TestApp, TestDb, filler, fresh_database, spawn_app_with};
 
 /// The seed's limits: 60,000 / 20,000.
 const SEED: [(&str, &str); 2] = [
@@ -163,6 +163,57 @@ async fn an_output_over_the_maximum_is_evicted_below_the_threshold_without_an_ll
     assert!(app.check().await.is_clean());
 }
 
+/// The clearing settings do not change eviction: with clearing on, every result kept by
+/// `TOOL_OUTPUT_KEEP`, and the tool excluded by `TOOL_OUTPUT_EXCLUDE`, the huge output is
+/// still evicted by the next turn and the small one beside it left alone.
+#[tokio::test]
+async fn eviction_holds_whatever_the_clearing_settings_say() {
+    let app = spawn_app_with(&[
+        ("SUMMARIZATION_THRESHOLD_CHARS", "300000"),
+        ("SUMMARIZATION_KEEP_CHARS", "20000"),
+        ("TOOL_OUTPUT_CLEARING", "on"),
+        ("TOOL_OUTPUT_KEEP", "50"),
+        ("TOOL_OUTPUT_EXCLUDE", "read_config, get_logs"),
+    ])
+    .await;
+    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    app.append("s", "user", "Read the config, then the logs.", None, None)
+        .await;
+    tool_step(&app, "s", "small", "get_logs", &log(30)).await;
+    tool_step(&app, "s", "big", "read_config", &log(400)).await;
+    let before = app.messages("s").await;
+    let small = before[2].clone();
+    let big = before[4].clone();
+    assert!(big.chars > 20_000 && small.chars < 20_000);
+
+    let reply = app.turn_starting("s").await;
+
+    assert_eq!(
+        (reply.status, reply.reason),
+        (Status::Compacted, Reason::Cleared),
+        "{reply:?}"
+    );
+    assert_eq!(reply.tool_outputs_cleared, Some(1));
+    assert_eq!(app.llm_requests().await, 0);
+    let after = app.messages("s").await;
+    let content = |seq: i64| {
+        after
+            .iter()
+            .find(|m| m.seq == seq)
+            .and_then(|m| m.content.clone())
+            .unwrap()
+    };
+    assert_eq!(content(small.seq), small.content.unwrap());
+    let evicted = content(big.seq);
+    assert!(
+        evicted.contains(&format!("recall seq {}", big.seq)),
+        "{evicted}"
+    );
+    assert!(evicted.len() < 4_000, "{} chars left", evicted.len());
+    assert_eq!(app.archived("s").await.len(), 1);
+    assert!(app.check().await.is_clean());
+}
+
 /// `TOOL_OUTPUT_MAX_CHARS=0` turns it off; a pinned output is never evicted, and does
 /// not make every turn load the session.
 #[tokio::test]
@@ -239,6 +290,61 @@ async fn an_unpaired_huge_output_is_looked_at_once() {
             .iter()
             .all(|b| b.invariant == "unpaired_tool_result")
     );
+}
+
+/// Rows written before the weights existed are weighed by the migration that brought them
+/// (Postgres 22, SQLite 10), the session's counters with them, and `summarizer check`
+/// finds nothing to repair.
+#[tokio::test]
+async fn rows_written_before_the_weights_are_weighed_by_their_migration() {
+    let url = fresh_database().await;
+    let db = TestDb::connect(&url).await;
+    match &db {
+        TestDb::Postgres(pool) => sqlx::migrate!().run_to(20261202000021, pool).await,
+        TestDb::Sqlite(pool) => {
+            sqlx::migrate!("./migrations/sqlite")
+                .run_to(20261203000009, pool)
+                .await
+        }
+    }
+    .unwrap();
+    // An image by URL (the fixed charge, 6,400) and a thinking block (its 5 chars of text).
+    let extra = json!({"type": "human", "data": {"content": [
+        {"type": "text", "text": "see"},
+        {"type": "image", "url": "https://example.com/screen.png"},
+        {"type": "thinking", "thinking": "hmm.."},
+    ]}});
+    db.query(
+        "INSERT INTO messages (session_id, role, content, extra) VALUES ('s', 'user', 'see', $1)",
+    )
+    .bind(extra)
+    .execute()
+    .await
+    .unwrap();
+    let before: i64 = db
+        .query("SELECT total_chars FROM sessions WHERE session_id = 's'")
+        .scalar()
+        .await
+        .unwrap();
+    assert_eq!(before, 3);
+
+    let store = summarizer::store::connect_lazy(&url, 2, Duration::from_secs(30)).unwrap();
+    store.migrate().await.unwrap();
+
+    let (chars, weight): (i32, i32) = db
+        .query("SELECT chars, block_chars FROM messages WHERE session_id = 's'")
+        .fetch_one()
+        .await
+        .unwrap();
+    assert_eq!((chars, weight), (3 + 6_400 + 5, 6_400 + 5));
+    let total: i64 = db
+        .query("SELECT total_chars FROM sessions WHERE session_id = 's'")
+        .scalar()
+        .await
+        .unwrap();
+    assert_eq!(total, i64::from(chars));
+    let report = summarizer::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
 }
 
 /// What is not text weighs: an image at the fixed charge when the writer gave no weight,
