@@ -17,9 +17,6 @@ use crate::message::{Message, Role, ToolCall};
 use crate::protocol::{Instructions, InstructionsFrom};
 use crate::summary::{HEADINGS, Rejected, TEMPLATE};
 
-/// How many of the identifiers an echo left out the note after it names.
-const ECHO_LISTED: usize = 12;
-
 /// The default prompt's version, recorded in each usage event. Bump it when
 /// [`system_prompt`] or the transcript's format changes, so that summaries can be told
 /// apart by the prompt that asked for them.
@@ -340,11 +337,10 @@ impl Transcript {
     }
 
     /// What a request asked again after a refused answer (see
-    /// [`crate::summary::accept`] and [`crate::summary::echoes`]) adds after the
-    /// transcript's end: what was wrong with the answer, and for an echo, what the newer
-    /// messages added (their first identifiers, as data), so that a model that repeated
-    /// its last summary sees what to fold in.
-    pub fn refused_note(&self, rejected: &Rejected, added: &[String]) -> String {
+    /// [`crate::summary::accept`]) adds after the transcript's end: what was wrong with
+    /// the answer. (An echo of the earlier summary is asked again without it, so no note
+    /// is needed: see `crate::llm::LlmSummarizer`.)
+    pub fn refused_note(&self, rejected: &Rejected) -> String {
         let marker = &self.marker;
         let why = match rejected {
             Rejected::Empty => "It was empty.".to_owned(),
@@ -366,25 +362,9 @@ impl Transcript {
             Rejected::NotShorter { .. } => {
                 "It was longer than the transcript: be brief.".to_owned()
             }
-            Rejected::Echo { .. } => {
-                let mut why = "It repeated the earlier summary and left out what the \
-                               messages after it added. Fold the newer messages' findings \
-                               into the summary"
-                    .to_owned();
-                if added.is_empty() {
-                    why.push('.');
-                } else {
-                    let listed: Vec<String> = added
-                        .iter()
-                        .take(ECHO_LISTED)
-                        .map(|f| one_line(f))
-                        .collect();
-                    why.push_str("; they include: ");
-                    why.push_str(&listed.join(", "));
-                    why.push('.');
-                }
-                why
-            }
+            Rejected::Echo { .. } => "It repeated the earlier summary and left out what the \
+                                      messages after it added: fold them in."
+                .to_owned(),
         };
         format!(
             "\n[{marker} your previous answer was refused]\n{why} Reply with the summary in \

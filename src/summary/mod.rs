@@ -4,7 +4,10 @@
 //! [`words`], and the recall note) before it is written: the summary text is made here
 //! alone.
 
+mod merge;
 pub mod words;
+
+pub use merge::merge;
 
 use crate::facts::FactSet;
 use crate::message::{Message, char_count};

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use summarizer::facts::FactSet;
 use summarizer::outcome::{Reason, Status};
 use wiremock::Mock;
 use wiremock::matchers::method;
@@ -102,7 +103,7 @@ async fn at_zero_no_words_are_quoted() {
 }
 
 /// The fake model answers `SUMMARY` to the first `echoes + 1` requests (the first
-/// compaction's, then echoes of it), and folds the newer messages in after that.
+/// compaction's, then echoes of it), and after that states what it is shown.
 async fn echoing(app: &TestApp, echoes: u64) {
     Mock::given(method("POST"))
         .respond_with(completion(SUMMARY))
@@ -110,7 +111,27 @@ async fn echoing(app: &TestApp, echoes: u64) {
         .with_priority(1)
         .mount(&app.llm)
         .await;
-    app.llm_answers(SUMMARY, Duration::ZERO).await;
+    Mock::given(method("POST"))
+        .respond_with(StatesWhatItSees)
+        .mount(&app.llm)
+        .await;
+}
+
+/// A model that answers `SUMMARY` with a last line stating the identifiers of its
+/// transcript that `SUMMARY` does not hold.
+struct StatesWhatItSees;
+
+impl wiremock::Respond for StatesWhatItSees {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let transcript = user_message(request);
+        let own = FactSet::of_text(SUMMARY);
+        let found = FactSet::of_text(&transcript);
+        let seen: Vec<&str> = (found.iter())
+            .map(|(_, fact)| fact)
+            .filter(|fact| !own.contains(fact))
+            .collect();
+        completion(&format!("{SUMMARY}\n- Seen: {}", seen.join("; ")))
+    }
 }
 
 fn user_message(request: &wiremock::Request) -> String {
@@ -121,8 +142,11 @@ fn user_message(request: &wiremock::Request) -> String {
         .collect()
 }
 
+/// A model that echoed the earlier summary is asked about the newer messages alone, and
+/// its answer is merged into the earlier summary: the second request holds neither the
+/// earlier summary nor a note about it, and the summary written holds both.
 #[tokio::test]
-async fn an_echo_of_the_earlier_summary_is_refused_and_asked_for_once_more() {
+async fn an_echo_is_asked_again_about_the_newer_messages_alone_and_merged() {
     let app = spawn_app_with(&[]).await;
     echoing(&app, 1).await;
     app.append_turns("s", 5).await;
@@ -140,16 +164,31 @@ async fn an_echo_of_the_earlier_summary_is_refused_and_asked_for_once_more() {
         3,
         "one for the first compaction, two for the second"
     );
+    let first = user_message(&requests[1]);
+    assert!(first.contains("earlier summary]"), "{first}");
     let again = user_message(&requests[2]);
+    assert!(!again.contains("earlier summary]"), "{again}");
+    assert!(!again.contains("pool exhausted at 14:01"), "{again}");
     assert!(
-        again.contains("your previous answer was refused")
-            && again.contains("It repeated the earlier summary"),
+        !again.contains("your previous answer was refused"),
         "{again}"
     );
-    // The note names facts the newer messages added.
-    assert!(again.contains("14:10:01"), "{again}");
+    // The newer messages of the old part, whole.
+    assert!(again.contains("Finding 10:"), "{again}");
     let text = summary_text(&app, "s").await;
-    assert!(text.contains("- Since then"), "{text}");
+    // The earlier summary's lines once, then what the newer messages added.
+    assert_eq!(
+        text.matches("- pool exhausted at 14:01").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("- Seen: ") && text.contains("14:10:01"),
+        "{text}"
+    );
+    for heading in summarizer::summary::HEADINGS {
+        assert_eq!(text.matches(heading).count(), 1, "{text}");
+    }
     let events = app.usage_events("s").await;
     let metadata = &events[1].4;
     assert_eq!(

@@ -39,6 +39,16 @@ use crate::summarizer::{LlmError, Summarizer, SummaryRequest};
 use crate::summary::{self, Rejected, Summary, added_since_summary};
 use crate::usage::Meter;
 
+/// `old` without its earlier summary, and that summary without the worker's own parts;
+/// `None` when it has none, or nothing after it (see [`added_since_summary`]).
+fn without_earlier_summary(old: &[Message]) -> Option<(String, Vec<Message>)> {
+    let added = added_since_summary(old)?;
+    let at = old.iter().rposition(|m| m.is_summary)?;
+    let mut newer = old.to_vec();
+    newer.remove(at);
+    Some((added.earlier, newer))
+}
+
 /// Context-length errors survived in one summarization before it fails: 0.7^4 is about
 /// a quarter of the configured budget, past which the setting is wrong, not a little off.
 pub const MAX_SHRINKS: usize = 4;
@@ -135,8 +145,12 @@ impl LlmSummarizer {
     ///
     /// The last request's answer passes the acceptance gate ([`LlmSummarizer::gate`]):
     /// an answer it refuses is asked for once more, the same request with a note saying
-    /// what was wrong, and a second refusal is [`LlmError::Refused`]. (A second attempt
-    /// of the fact check is not asked a third time: its refusal is the error.)
+    /// what was wrong, and a second refusal is [`LlmError::Refused`]. An echo of the
+    /// earlier summary is asked for once more differently: the messages after the earlier
+    /// summary alone, whose summary is then merged into it ([`summary::merge`]), since a
+    /// model that repeated what it was shown (a small one does, every time) repeats it
+    /// again when told not to. (A second attempt of the fact check is not asked a third
+    /// time: its refusal is the error.)
     async fn summarize_all(
         &self,
         context: &[Message],
@@ -148,20 +162,9 @@ impl LlmSummarizer {
         let deadline = Instant::now() + self.deadline + PROVIDER_GRACE;
         let large = old.iter().map(|m| m.content.len()).sum::<usize>() > OFF_THREAD_CHARS;
         let may_ask_again = missing.is_none();
-        let (context, owned, system) = (
-            context.to_vec(),
-            old.to_vec(),
-            self.prompt.system().to_owned(),
-        );
-        let instructions = instructions.cloned();
-        let marker = marker.map(str::to_owned);
-        let rendered = cpu(large, move || {
-            Rendered::of(system, &context, &owned, marker.as_deref())
-                .with_instructions(instructions.as_ref())
-                .with_missing(missing.as_ref())
-        })
-        .await?;
-        let rendered = Arc::new(rendered);
+        let mut rendered = self
+            .render(large, (context, old), (instructions, marker), missing)
+            .await?;
         let mut budget = self.max_input_tokens;
         let mut shrinks = 0;
         let mut next = 0;
@@ -173,6 +176,9 @@ impl LlmSummarizer {
         let mut running: Option<String> = None;
         let mut refused: Vec<&'static str> = Vec::new();
         let mut refusal_note: Option<String> = None;
+        // After an echo: the earlier summary the answer about the newer messages alone
+        // is merged into.
+        let mut merge_into: Option<String> = None;
         loop {
             // After a cut-off answer, every later request asks for a shorter one too.
             let note = (truncations > 0).then(|| rendered.transcript.cut_off_note());
@@ -211,6 +217,10 @@ impl LlmSummarizer {
                         next = end;
                         continue;
                     }
+                    if let Some(earlier) = &merge_into {
+                        let newer = summary::strip_ours(&summary.text);
+                        summary.text = summary::merge(earlier, &newer, self.summary_max_chars);
+                    }
                     let Err(rejected) = self.gate(&summary.text, old) else {
                         summary.text = summary::strip_ours(&summary.text);
                         summary.refused = refused;
@@ -229,13 +239,20 @@ impl LlmSummarizer {
                         "the answer is not a summary the worker writes; asking once more"
                     );
                     refused.push(rejected.rule());
-                    let added = match &rejected {
-                        Rejected::Echo { .. } => added_since_summary(old)
-                            .map(|a| a.facts)
-                            .unwrap_or_default(),
-                        _ => Vec::new(),
-                    };
-                    refusal_note = Some(rendered.transcript.refused_note(&rejected, &added));
+                    if let (Rejected::Echo { .. }, Some((earlier, newer))) =
+                        (&rejected, without_earlier_summary(old))
+                    {
+                        // A model shown the earlier summary repeated it: asked about the
+                        // newer messages alone, it cannot, and the worker keeps what the
+                        // earlier summary said by merging the two (`summary::merge`).
+                        rendered = self
+                            .render(large, (context, &newer), (instructions, marker), None)
+                            .await?;
+                        merge_into = Some(earlier);
+                        (next, running) = (0, None);
+                        continue;
+                    }
+                    refusal_note = Some(rendered.transcript.refused_note(&rejected));
                 }
                 Err(LlmError::Truncated(cause)) if truncations < MAX_TRUNCATIONS => {
                     truncations += 1;
@@ -279,6 +296,32 @@ impl LlmSummarizer {
 }
 
 impl LlmSummarizer {
+    /// `old` after `context` rendered for requests, with what comes after the transcript
+    /// (instructions, the missing facts of a second attempt), on the blocking pool for a
+    /// large old part.
+    async fn render(
+        &self,
+        large: bool,
+        (context, old): (&[Message], &[Message]),
+        (instructions, marker): (Option<&Instructions>, Option<&str>),
+        missing: Option<MissingFacts>,
+    ) -> Result<Arc<Rendered>, LlmError> {
+        let (context, old, system) = (
+            context.to_vec(),
+            old.to_vec(),
+            self.prompt.system().to_owned(),
+        );
+        let instructions = instructions.cloned();
+        let marker = marker.map(str::to_owned);
+        cpu(large, move || {
+            Rendered::of(system, &context, &old, marker.as_deref())
+                .with_instructions(instructions.as_ref())
+                .with_missing(missing.as_ref())
+        })
+        .await
+        .map(Arc::new)
+    }
+
     /// The request for the chunk from message `next` (see [`Rendered::request`]), planned
     /// on the blocking pool for a large old part.
     async fn next_request(
