@@ -93,6 +93,7 @@ impl Application {
             concurrency: settings.concurrency,
             precompute: settings.precompute,
             idle: settings.idle,
+            redact_secrets: settings.redact_secrets,
         };
         let worker = Arc::new(
             Worker::new(store.clone(), summarizer, policy, metrics.clone())

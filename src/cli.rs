@@ -369,7 +369,12 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                     ..summarizer_client::RecallRequest::seqs(session_id, seqs)
                 },
             };
-            let reply = crate::recall::answer(store(&settings)?.as_ref(), &request.encode()).await;
+            let reply = crate::recall::answer(
+                store(&settings)?.as_ref(),
+                &request.encode(),
+                settings.redact_secrets,
+            )
+            .await;
             return print_recall(&reply, json);
         }
         Command::Turn {

@@ -9,7 +9,8 @@
 //! Each module imports only modules listed before it here, and at every depth no module
 //! imports a sibling that imports it back (a unit test, `layering`, holds the crate to
 //! both). The pure core first (no I/O):
-//! - [`message`]: a session's messages, as the public `messages` table holds them.
+//! - [`message`]: a session's messages, as the public `messages` table holds them;
+//!   [`redact`]: the credential shapes kept out of what the worker derives.
 //! - [`outcome`]: what happened to an event: the vocabulary of replies, logs and tests;
 //!   [`protocol`]: the wire request and reply, with validation. Both come from the
 //!   `summarizer-client` crate, which agents embed, so the two sides share one contract.
@@ -79,6 +80,7 @@ pub mod overrides;
 pub mod prompt;
 pub mod protocol;
 pub mod recall;
+pub mod redact;
 pub mod store;
 pub mod summarizer;
 pub mod summary;

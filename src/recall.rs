@@ -3,6 +3,9 @@
 //! validated by the client crate's [`RecallRequest`]; a search's text is cut into terms
 //! here, and each term is matched as text by the store, never read as query syntax.
 
+use std::borrow::Cow;
+
+use crate::redact::{Redactions, redact};
 use crate::store::{RecallQuery, Store};
 use summarizer_client::{InvalidRequest, RecallReply, RecallRequest, Wanted};
 
@@ -41,8 +44,10 @@ pub fn terms(query: &str) -> Vec<String> {
 
 /// The reply to one recall request payload: `ok` with the results, `rejected` for a
 /// malformed request, `failed`/`store_error` when the store fails. Never panics on
-/// input.
-pub async fn answer(store: &dyn Store, payload: &[u8]) -> RecallReply {
+/// input. With `redact_secrets` (`REDACT_SECRETS`), each result's content has its
+/// secrets replaced by their markers (docs/protocol.md, "Secrets"): the archive keeps
+/// the original, for restore, and recall serves what the worker derives.
+pub async fn answer(store: &dyn Store, payload: &[u8], redact_secrets: bool) -> RecallReply {
     let request = match RecallRequest::decode(payload) {
         Ok(request) => request,
         Err(invalid) => return RecallReply::rejected(&invalid),
@@ -66,7 +71,17 @@ pub async fn answer(store: &dyn Store, payload: &[u8]) -> RecallReply {
         .recall(&request.session_id, &query, request.max_chars)
         .await
     {
-        Ok(results) => RecallReply::ok(&request.session_id, results),
+        Ok(mut results) => {
+            if redact_secrets {
+                let mut found = Redactions::default();
+                for result in &mut results {
+                    if let Cow::Owned(redacted) = redact(&result.content, &mut found) {
+                        result.content = redacted;
+                    }
+                }
+            }
+            RecallReply::ok(&request.session_id, results)
+        }
         Err(e) => {
             tracing::error!(
                 session_id = %request.session_id,

@@ -12,6 +12,7 @@ use crate::config::Limits;
 use crate::message::{Message, Role};
 use crate::outcome::Reason;
 use crate::protocol::Instructions;
+use crate::redact::{self, Redactions};
 use crate::summarizer::SummaryRequest;
 
 /// A session's history as the worker loaded it with the lease.
@@ -94,6 +95,9 @@ pub struct Plan {
     pub summarized: bool,
     /// The request forced it: its old part may be smaller than any summary.
     pub forced: bool,
+    /// The secrets [`Plan::redact_secrets`] replaced in `old`, `context` and
+    /// `instructions`, by kind.
+    pub redacted: Redactions,
 }
 
 impl Plan {
@@ -108,6 +112,24 @@ impl Plan {
             meter: None,
             marker: None,
         }
+    }
+
+    /// `old`, `context` and `instructions` as the summarizer may see them: every secret
+    /// replaced by its kind's marker ([`crate::redact`]), counted in `redacted`. What the
+    /// plan removes and commits (seqs, chars, fingerprints) is the stored rows' and does
+    /// not change: the archive keeps the originals, for an exact restore.
+    pub fn redact_secrets(&mut self) {
+        let mut found = Redactions::default();
+        self.old = (self.old.iter())
+            .map(|m| redact::redact_message(m, &mut found))
+            .collect();
+        for m in &mut self.context {
+            *m = redact::redact_message(m, &mut found);
+        }
+        if let Some(instructions) = &mut self.instructions {
+            instructions.text = redact::redact(&instructions.text, &mut found).into_owned();
+        }
+        self.redacted.add(&found);
     }
 
     /// The chars the clearing saves.
@@ -140,6 +162,7 @@ impl Plan {
             cleared,
             summarized: false,
             forced: false,
+            redacted: Redactions::default(),
         }
     }
 }
@@ -299,6 +322,7 @@ fn summary_plan(
         cleared: cleared.in_place,
         summarized: true,
         forced: false,
+        redacted: Redactions::default(),
     }
 }
 

@@ -11,6 +11,7 @@ use super::plan::{ClearedRow, Plan};
 use crate::fact_check::Figures;
 use crate::message::char_count;
 use crate::protocol::Instructions;
+use crate::redact::Redactions;
 use crate::summary::Summary;
 use crate::usage::Usage;
 
@@ -35,6 +36,9 @@ pub struct Written {
     /// Every request the summary took and what their answers reported
     /// ([`crate::usage`]).
     pub usage: Usage,
+    /// The secrets kept out of what the summarizer saw and of the text, by kind
+    /// (`REDACT_SECRETS`; see [`crate::redact`]).
+    pub redacted: Redactions,
 }
 
 /// Who asked for a compaction, and under which lease: the turn's side of its record.
@@ -115,6 +119,8 @@ pub struct Record<'a> {
     /// The request's focus for the summary, recorded as `instructions` in the usage
     /// event, with who wrote them as `instructions_from`.
     pub instructions: Option<&'a Instructions>,
+    /// The secrets redacted, by kind: `redacted` in the usage event when there were any.
+    pub redacted: Option<&'a Redactions>,
 }
 
 impl<'a> Record<'a> {
@@ -164,6 +170,7 @@ impl<'a> Record<'a> {
             overflow: turn.overflow,
             idle: turn.idle,
             instructions: written.and(plan.instructions.as_ref()),
+            redacted: written.map(|w| &w.redacted),
         }
     }
 
@@ -187,6 +194,9 @@ impl<'a> Record<'a> {
         }
         if !self.refused.is_empty() {
             metadata["refused_answers"] = json!(self.refused);
+        }
+        if let Some(redacted) = self.redacted.filter(|r| !r.is_empty()) {
+            metadata["redacted"] = redacted.to_json();
         }
         if let Some(facts) = &self.facts {
             metadata["facts_total"] = json!(facts.total);
@@ -358,10 +368,12 @@ mod tests {
                 requests: 3,
                 ..Usage::default()
             },
+            redacted: Redactions::default(),
         };
         let record = Record::new(&plan, turn(), Some(&written), 12);
         let event = record.event_metadata();
         assert_eq!(event["llm_requests"], 3);
+        assert!(event.get("redacted").is_none(), "{event}");
         assert_eq!(event["messages_removed"], json!(plan.removed_seqs.len()));
         assert_eq!(event["request_id"], "r1");
         assert_eq!(event["job_id"], "job-7");

@@ -115,6 +115,9 @@ pub struct Settings {
     /// `SUMMARIZATION_THRESHOLD_TOKENS`: a session over this many tokens is compacted
     /// too (docs/compaction.md, "Token thresholds"); 0: off.
     pub threshold_tokens: i64,
+    /// `REDACT_SECRETS`: secrets are kept out of what the summarizer sees, of summaries
+    /// and of what recall returns (docs/protocol.md, "Secrets").
+    pub redact_secrets: bool,
     /// How long a session lease lasts before another worker may take it over.
     pub lease_duration: Duration,
     /// After an LLM failure a session waits this long before it is summarized again,
@@ -157,6 +160,7 @@ impl Settings {
         );
         settings.tool_outputs = ToolOutputs::read(&raw)?;
         settings.idle = Idle::read(&raw)?;
+        settings.redact_secrets = sections::on_off(&raw, &table::REDACT_SECRETS)?;
         settings.threshold_tokens = raw.parse(&table::SUMMARIZATION_THRESHOLD_TOKENS)?;
         if !(0..=crate::protocol::MAX_TOKENS).contains(&settings.threshold_tokens) {
             return Err(ConfigError::invalid(
@@ -202,6 +206,7 @@ impl Settings {
             idle: Idle::default(),
             tool_outputs: ToolOutputs::default(),
             threshold_tokens: 0,
+            redact_secrets: true,
             lease_duration: fleet.lease_duration,
             failure_backoff: fleet.failure_backoff,
             failure_backoff_max: fleet.failure_backoff_max,

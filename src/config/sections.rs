@@ -545,6 +545,18 @@ impl Default for ToolOutputs {
     }
 }
 
+/// A setting that is `off` or `on` (in any case).
+pub(super) fn on_off(raw: &Raw, setting: &Setting) -> Result<bool, ConfigError> {
+    match raw.text(setting)?.to_ascii_lowercase().as_str() {
+        "off" => Ok(false),
+        "on" => Ok(true),
+        other => Err(ConfigError::invalid(
+            setting.name,
+            format!("must be off or on, got {other:?}"),
+        )),
+    }
+}
+
 /// The smallest `TOOL_OUTPUT_MAX_CHARS` but 0: an evicted result keeps its first and last
 /// lines (`compaction::clearing::EVICTED_ENDS_CHARS` each) beside its placeholder, so a
 /// smaller one would save next to nothing.
@@ -552,20 +564,7 @@ pub const MIN_EVICTED_CHARS: i64 = 4_000;
 
 impl ToolOutputs {
     pub(super) fn read(raw: &Raw) -> Result<Self, ConfigError> {
-        let clearing = match raw
-            .text(&TOOL_OUTPUT_CLEARING)?
-            .to_ascii_lowercase()
-            .as_str()
-        {
-            "off" => false,
-            "on" => true,
-            other => {
-                return Err(ConfigError::invalid(
-                    TOOL_OUTPUT_CLEARING.name,
-                    format!("must be off or on, got {other:?}"),
-                ));
-            }
-        };
+        let clearing = on_off(raw, &TOOL_OUTPUT_CLEARING)?;
         let keep: i64 = raw.parse(&TOOL_OUTPUT_KEEP)?;
         let keep = usize::try_from(keep).map_err(|_| {
             ConfigError::invalid(

@@ -431,6 +431,13 @@ pub const SUMMARIZATION_IDLE_THRESHOLD_CHARS: Setting = setting(
     Plain,
     |s| s.idle.threshold_chars.to_string(),
 );
+pub const REDACT_SECRETS: Setting = setting(
+    "REDACT_SECRETS",
+    "on",
+    "on or off: credentials (API keys, tokens, passwords, keys in URLs) are replaced by a marker naming their kind in what the summarizer is sent, in summaries and in what recall returns; the archive keeps the originals",
+    Plain,
+    |s| if s.redact_secrets { "on" } else { "off" }.to_owned(),
+);
 pub const TOOL_OUTPUT_CLEARING: Setting = setting(
     "TOOL_OUTPUT_CLEARING",
     "off",
@@ -562,6 +569,7 @@ pub const SETTINGS: &[Setting] = &[
     PRECOMPUTE_TTL_MS,
     SUMMARIZATION_IDLE_AFTER_MS,
     SUMMARIZATION_IDLE_THRESHOLD_CHARS,
+    REDACT_SECRETS,
     TOOL_OUTPUT_CLEARING,
     TOOL_OUTPUT_KEEP,
     TOOL_OUTPUT_MIN_CHARS,

@@ -185,7 +185,12 @@ async fn handle(worker: Arc<Worker>, client: Client, message: async_nats::Messag
     let reply = match serves {
         Serves::Turns => super::answer(&worker, &message.payload).await.encode(),
         Serves::Recalls => {
-            let reply = crate::recall::answer(worker.store().as_ref(), &message.payload).await;
+            let reply = crate::recall::answer(
+                worker.store().as_ref(),
+                &message.payload,
+                worker.redacts_secrets(),
+            )
+            .await;
             worker.metrics().recalled(match reply.status {
                 RecallStatus::Ok => "ok",
                 RecallStatus::Rejected => "rejected",

@@ -15,10 +15,10 @@ use super::{
     Compacting, Event, Job, Worker, lease_not_released, llm_failure, panic_message, store_failure,
 };
 use crate::compaction::{self, Loaded, Plan, Record, Turn, Written, clearing, tokens};
-use crate::config::Limits;
 use crate::message::char_count;
 use crate::outcome::{Compaction, Outcome, Reason};
 use crate::prompt;
+use crate::redact;
 use crate::store::{CommitError, StoreError};
 use crate::summarizer::SummaryRequest;
 use crate::summary;
@@ -216,7 +216,7 @@ impl Worker {
             min_chars: self.tool_outputs.min_chars,
             exclude: self.tool_outputs.exclude.clone(),
         });
-        let plan = match plan_with_tokens(loaded, job, rules).await {
+        let plan = match plan_with_tokens(loaded, job, rules, self.policy.redact_secrets).await {
             Ok(plan) => plan,
             Err(outcome) => return outcome,
         };
@@ -278,17 +278,27 @@ impl Worker {
         let (summary, text, facts) = self
             .check_facts(rid, plan, facts, first, (retry_by, request))
             .await;
+        let text = summary::finish(
+            text,
+            &plan.old,
+            &plan.removed_seqs,
+            (plan.chars_removed, self.policy.summary_max_chars),
+            self.policy.user_words_chars,
+        );
+        // The summarizer saw no secret, but a model can make one up or copy one from its
+        // own prompt: the text written passes the same rule.
+        let mut redacted = plan.redacted.clone();
+        let text = if self.policy.redact_secrets {
+            redact::redact(&text, &mut redacted).into_owned()
+        } else {
+            text
+        };
         Ok(Written {
             summary,
             usage: meter.total(),
-            text: summary::finish(
-                text,
-                &plan.old,
-                &plan.removed_seqs,
-                (plan.chars_removed, self.policy.summary_max_chars),
-                self.policy.user_words_chars,
-            ),
+            text,
             facts,
+            redacted,
         })
     }
 
@@ -412,47 +422,54 @@ impl Worker {
 /// thread; below it the hop would cost more than it saves.
 const PLAN_OFF_THREAD_CHARS: i64 = 64 * 1024;
 
-/// [`plan_off_thread`] with the tokenizer loaded (it counts what is removed), for `job`'s
-/// limits and model, clearing old tool output first under `clearing` when given.
+/// [`compaction::plan`] with the tokenizer loaded (it counts what is removed), for `job`'s
+/// limits and model, clearing old tool output first under `clearing` when given, and
+/// with what the summarizer will see redacted under `redact_secrets` (`REDACT_SECRETS`,
+/// see [`Plan::redact_secrets`]); on the blocking pool for a large history. `Err` is the
+/// outcome to answer: the skip reason, or a failure.
 pub(super) async fn plan_with_tokens(
     loaded: Loaded,
     job: Job,
     clearing: Option<clearing::Rules>,
+    redact_secrets: bool,
 ) -> Result<Plan, Outcome> {
     tokens::ensure_loaded().await;
-    let plan = plan_off_thread(loaded, (job.limits, job.evict_over), clearing).await?;
-    Ok(Plan {
-        model: job.model,
-        instructions: job.instructions,
-        forced: job.forced,
-        ..plan
-    })
+    let (limits, evict_over) = (job.limits, job.evict_over);
+    let (model, instructions, forced) = (job.model, job.instructions, job.forced);
+    let chars: i64 = loaded.messages.iter().map(|m| m.chars).sum();
+    let planning = move || {
+        let mut plan = Plan {
+            model,
+            instructions,
+            forced,
+            ..compaction::plan(loaded, limits, clearing.as_ref(), evict_over)?
+        };
+        if redact_secrets {
+            plan.redact_secrets();
+        }
+        Ok(plan)
+    };
+    off_thread(chars, planning).await?.map_err(Outcome::Skipped)
 }
 
-/// [`compaction::plan`], on the blocking pool for a large history.
-/// `Err` is the outcome to answer: the skip reason, or a failure.
-async fn plan_off_thread(
-    loaded: Loaded,
-    (limits, evict_over): (Limits, i64),
-    clearing: Option<clearing::Rules>,
-) -> Result<Plan, Outcome> {
-    let chars: i64 = loaded.messages.iter().map(|m| m.chars).sum();
-    let planned = if chars <= PLAN_OFF_THREAD_CHARS {
-        compaction::plan(loaded, limits, clearing.as_ref(), evict_over)
-    } else {
-        let planning = move || compaction::plan(loaded, limits, clearing.as_ref(), evict_over);
-        match tokio::task::spawn_blocking(planning).await {
-            Ok(planned) => planned,
-            // The compaction's task catches the panic (see `Worker::compact_in_task`).
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            // The blocking pool cancels a task only when the runtime shuts down.
-            Err(_) => {
-                return Err(Outcome::Failed {
-                    reason: Reason::LlmError,
-                    detail: "planning was cancelled at shutdown".to_owned(),
-                });
-            }
-        }
-    };
-    planned.map_err(Outcome::Skipped)
+/// `work` (the plan, the redaction), on the blocking pool for a history over
+/// [`PLAN_OFF_THREAD_CHARS`]. `Err` is the failure to answer when the runtime shuts down
+/// first.
+async fn off_thread<T: Send + 'static>(
+    chars: i64,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Outcome> {
+    if chars <= PLAN_OFF_THREAD_CHARS {
+        return Ok(work());
+    }
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => Ok(done),
+        // The compaction's task catches the panic (see `Worker::compact_in_task`).
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The blocking pool cancels a task only when the runtime shuts down.
+        Err(_) => Err(Outcome::Failed {
+            reason: Reason::LlmError,
+            detail: "planning was cancelled at shutdown".to_owned(),
+        }),
+    }
 }

@@ -62,6 +62,9 @@ pub struct Policy {
     pub precompute: Precompute,
     /// `SUMMARIZATION_IDLE_AFTER_MS` and `SUMMARIZATION_IDLE_THRESHOLD_CHARS`.
     pub idle: Idle,
+    /// `REDACT_SECRETS`: what the summarizer sees and the summary written have their
+    /// secrets replaced (see [`crate::redact`]).
+    pub redact_secrets: bool,
 }
 
 /// A validated event.
@@ -344,6 +347,12 @@ impl Worker {
     /// The store this worker compacts in (recall requests read its archive).
     pub fn store(&self) -> &SharedStore {
         &self.store
+    }
+
+    /// Whether what it derives, recall replies included, has its secrets redacted
+    /// (`REDACT_SECRETS`).
+    pub fn redacts_secrets(&self) -> bool {
+        self.policy.redact_secrets
     }
 
     /// Answers one event. The cheap part (the counters) runs on the caller's task; a

@@ -145,7 +145,8 @@ impl Worker {
             ..job
         };
         let counted = loaded.counted();
-        let plan = match plan_with_tokens(loaded, planning, None).await {
+        let plan = match plan_with_tokens(loaded, planning, None, self.policy.redact_secrets).await
+        {
             Ok(plan) => plan,
             Err(outcome) => {
                 tracing::debug!("[{rid}] precompute: nothing to prepare ({outcome:?})");

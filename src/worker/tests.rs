@@ -27,6 +27,7 @@ fn policy() -> Policy {
             ..Precompute::default()
         },
         idle: Idle::default(),
+        redact_secrets: true,
     }
 }
 

@@ -49,5 +49,6 @@ mod settings;
 mod skips;
 mod store;
 mod storm;
+mod untrusted;
 mod wall;
 mod words;

@@ -398,6 +398,7 @@ async fn a_store_that_fails_answers_failed_store_error() {
     let reply = summarizer::recall::answer(
         unreachable.as_ref(),
         &RecallRequest::search("s", "E-5417", 5).encode(),
+        true,
     )
     .await;
     assert_eq!(

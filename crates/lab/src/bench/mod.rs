@@ -449,6 +449,8 @@ fn in_process_policy() -> Policy {
         concurrency: 64,
         precompute: summarizer::config::Precompute::default(),
         idle: summarizer::config::Idle::default(),
+        // The default: redaction is part of the worker's cost per compaction.
+        redact_secrets: true,
     }
 }
 
