@@ -66,6 +66,82 @@ pub fn system_prompt() -> String {
     )
 }
 
+/// The default prompt's example statements ([`system_prompt`]), clause by clause, each
+/// with the identifier that makes it one. A small model copies them into its answer as if
+/// the conversation had said them: Qwen2.5-Coder-1.5B wrote "Next: raise max_pool on
+/// orders-db-2 and watch p99." as the state of an investigation that never named
+/// orders-db-2 (docs/benchmarks.md, "A real model"). [`strip_copied_examples`] takes them
+/// out again.
+pub const EXAMPLE_CLAUSES: [(&str, &str); 8] = [
+    ("checkout-api v5.33.0 rolled out at 14:01", "v5.33.0"),
+    (
+        "orders-db-replica-1 hit max_connections=500 at 14:05",
+        "orders-db-replica-1",
+    ),
+    ("Also noted: 14:01, v5.33.0, 8.4%", "v5.33.0"),
+    ("pool capped at max_pool=103, later 283", "max_pool=103"),
+    ("Rolled back checkout-api to v5.32.1 at 14:20", "v5.32.1"),
+    ("the 502 rate fell to 0.1%", "0.1%"),
+    (
+        "Decided to keep orders-db-replica-1 out of rotation",
+        "orders-db-replica-1",
+    ),
+    (
+        "Next: raise max_pool on orders-db-2 and watch p99",
+        "orders-db-2",
+    ),
+];
+
+/// `answer` without the clauses of the default prompt's examples ([`EXAMPLE_CLAUSES`])
+/// whose identifier no message of `old` holds (an earlier summary does not count: it may
+/// carry a copy), and how many were taken out. A clause is matched without ASCII case,
+/// with the punctuation and spaces after it; a line it leaves empty, or a bare bullet,
+/// goes with it. A conversation that did say one keeps it.
+pub fn strip_copied_examples(answer: &str, old: &[Message]) -> (String, usize) {
+    let said = |id: &str| {
+        (old.iter())
+            .filter(|m| !m.is_summary)
+            .any(|m| m.content.contains(id) || m.tool_calls_text().contains(id))
+    };
+    let copied: Vec<&str> = (EXAMPLE_CLAUSES.iter())
+        .filter(|(clause, id)| find_ascii_nocase(answer, clause).is_some() && !said(id))
+        .map(|(clause, _)| *clause)
+        .collect();
+    if copied.is_empty() {
+        return (answer.to_owned(), 0);
+    }
+    let mut removed = 0;
+    let mut lines = Vec::new();
+    for line in answer.lines() {
+        let mut kept = line.to_owned();
+        for clause in &copied {
+            while let Some(at) = find_ascii_nocase(&kept, clause) {
+                let rest = &kept[at + clause.len()..];
+                let rest = rest.trim_start_matches(['.', ';', ',', ' ']);
+                kept = format!("{}{rest}", &kept[..at]);
+                removed += 1;
+            }
+        }
+        let left = kept.trim();
+        if kept != line && (left.is_empty() || left == "-" || left == "*") {
+            continue;
+        }
+        lines.push(kept.trim_end().to_owned());
+    }
+    (lines.join("\n"), removed)
+}
+
+/// Where `needle` (ASCII) first occurs in `text`, ASCII case aside.
+fn find_ascii_nocase(text: &str, needle: &str) -> Option<usize> {
+    let (text, needle) = (text.as_bytes(), needle.as_bytes());
+    (text.len() >= needle.len())
+        .then(|| {
+            (0..=text.len() - needle.len())
+                .find(|&i| text[i..i + needle.len()].eq_ignore_ascii_case(needle))
+        })
+        .flatten()
+}
+
 /// The system prompt in force and its version: the default, or the text of
 /// `SUMMARY_PROMPT_FILE`, checked at start.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -543,6 +619,48 @@ mod tests {
 
     fn msg(role: Role, content: &str) -> Message {
         Message::text(role, content)
+    }
+
+    /// What a small model copied of the prompt's examples is taken out, unless the
+    /// conversation itself said it; an earlier summary's copy does not count as said.
+    #[test]
+    fn examples_copied_from_the_prompt_are_taken_out_unless_the_conversation_said_them() {
+        for (clause, id) in EXAMPLE_CLAUSES {
+            assert!(system_prompt().contains(clause), "{clause}");
+            assert!(clause.contains(id), "{clause}");
+        }
+        let answer = "**Investigating:** 502s\n**Key findings:**\n- pool at 100/100.\n\
+                      - Orders-db-replica-1 hit max_connections=500 at 14:05.\n\
+                      **Ruled out:** DNS\n\
+                      **Current state:** Next: raise max_pool on orders-db-2 and watch p99.\n\
+                      - Rolled back checkout-api to v5.32.1 at 14:20; the 502 rate fell to 0.1%.\n\
+                      - Paged the DBA.";
+        let mut earlier = msg(
+            Role::User,
+            "**Current state:** Next: raise max_pool on orders-db-2",
+        );
+        earlier.is_summary = true;
+        let old = [earlier, msg(Role::User, "why 502? pool at 100/100")];
+        let (text, removed) = strip_copied_examples(answer, &old);
+        assert_eq!(
+            text,
+            "**Investigating:** 502s\n**Key findings:**\n- pool at 100/100.\n\
+             **Ruled out:** DNS\n**Current state:**\n- Paged the DBA."
+        );
+        assert_eq!(removed, 4);
+
+        // A conversation that said them keeps them, word for word.
+        let said = [msg(
+            Role::Tool,
+            "orders-db-replica-1 max_connections=500; rollback to v5.32.1 done, 5xx at 0.1%; \
+             orders-db-2 next",
+        )];
+        assert_eq!(strip_copied_examples(answer, &said), (answer.to_owned(), 0));
+        // Nothing copied: the answer as it was.
+        assert_eq!(
+            strip_copied_examples("**Investigating:** x", &old),
+            ("**Investigating:** x".to_owned(), 0)
+        );
     }
 
     /// A compaction's own marker is kept for its requests; one the messages hold, or of

@@ -150,11 +150,16 @@ pub trait Summarizer: Send + Sync {
         request: SummaryRequest<'a>,
     ) -> BoxFuture<'a, Result<Summary, LlmError>>;
 
-    /// Whether a second attempt, told the facts a first summary did not state
-    /// ([`SummaryRequest::again`]), may write a better one: `false` (the default) for a
-    /// deterministic summarizer, which would answer the same, so the fact check does not
-    /// ask.
-    fn can_do_better(&self) -> bool {
+    /// Whether a second attempt with `model` (the request's; `None` for the configured
+    /// one), told the facts a first summary did not state ([`SummaryRequest::again`]),
+    /// may write a better one: `false` (the default) for a deterministic summarizer,
+    /// which would answer the same, so the fact check does not ask. The LLM summarizer
+    /// says no for a while after its second attempts stopped improving.
+    fn can_do_better(&self, _model: Option<&str>) -> bool {
         false
     }
+
+    /// How a second attempt with `model` went: whether it stated more of the facts than
+    /// the first (an attempt that failed is not reported).
+    fn retried(&self, _model: Option<&str>, _improved: bool) {}
 }

@@ -91,6 +91,9 @@ pub struct Record<'a> {
     /// The rules the answers before the written one broke (the acceptance gate asked
     /// again): `refused_answers` in the metadata.
     pub refused: &'a [&'static str],
+    /// Clauses of the prompt's examples taken out of the answers:
+    /// `prompt_examples_removed` in the metadata when there were any.
+    pub copied_examples: usize,
     pub messages_kept: i64,
     /// The tokenizer's count of the removed part, and of the summary.
     pub tokens_removed: i64,
@@ -150,6 +153,7 @@ impl<'a> Record<'a> {
             prompt_version: summary.and_then(|s| s.prompt_version.as_deref()),
             fallback_reason: summary.and_then(|s| s.fallback_reason.as_deref()),
             refused: summary.map_or(&[], |s| s.refused.as_slice()),
+            copied_examples: summary.map_or(0, |s| s.copied_examples),
             messages_kept: plan.messages_kept,
             tokens_removed: if written.is_some() {
                 plan.tokens_removed
@@ -194,6 +198,9 @@ impl<'a> Record<'a> {
         }
         if !self.refused.is_empty() {
             metadata["refused_answers"] = json!(self.refused);
+        }
+        if self.copied_examples > 0 {
+            metadata["prompt_examples_removed"] = json!(self.copied_examples);
         }
         if let Some(redacted) = self.redacted.filter(|r| !r.is_empty()) {
             metadata["redacted"] = redacted.to_json();

@@ -345,7 +345,7 @@ async fn summarize(
     };
     let max_chars = usize::try_from(checks.max_chars).unwrap_or(usize::MAX);
     if !fact_check::asks_again(checks.fact_check, &first, &facts, max_chars)
-        || !summarizer.can_do_better()
+        || !summarizer.can_do_better(None)
     {
         return Ok(finish(first.text));
     }
@@ -360,7 +360,9 @@ async fn summarize(
                 text,
                 recall,
             };
-            Ok(finish(fact_check::better(first, second).0.text))
+            let (kept, outcome) = fact_check::better(first, second);
+            summarizer.retried(None, outcome == fact_check::RetryOutcome::Improved);
+            Ok(finish(kept.text))
         }
         Err(_) => Ok(finish(first.text)),
     }

@@ -81,8 +81,12 @@ impl Summarizer for Fallback {
         }
     }
 
-    fn can_do_better(&self) -> bool {
-        self.llm.can_do_better()
+    fn can_do_better(&self, model: Option<&str>) -> bool {
+        self.llm.can_do_better(model)
+    }
+
+    fn retried(&self, model: Option<&str>, improved: bool) {
+        self.llm.retried(model, improved);
     }
 }
 
@@ -174,7 +178,7 @@ mod tests {
             futures_util::future::ready(Err(error)).boxed()
         }
 
-        fn can_do_better(&self) -> bool {
+        fn can_do_better(&self, _model: Option<&str>) -> bool {
             true
         }
     }
@@ -188,7 +192,7 @@ mod tests {
         let over_llm = Fallback::new(Box::new(FailsAgain), Arc::new(Metrics::default()), 6_000);
 
         let old = old();
-        assert!(over_llm.can_do_better());
+        assert!(over_llm.can_do_better(None));
         let again = over_llm
             .summarize(SummaryRequest::of(&old).again(&missing))
             .await;
@@ -199,7 +203,7 @@ mod tests {
             "invalid response: asked to keep orders-db"
         );
         let unable = fallback(Err(|| LlmError::Invalid("down".into())));
-        assert!(!unable.can_do_better());
+        assert!(!unable.can_do_better(None));
     }
 
     #[tokio::test]

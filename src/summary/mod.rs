@@ -43,6 +43,9 @@ pub struct Summary {
     /// The rules ([`Rejected::rule`]) the answers asked for before this one broke: the
     /// acceptance gate asked again, and this is the answer that passed.
     pub refused: Vec<&'static str>,
+    /// Clauses of the prompt's own examples the model copied into its answers, taken out
+    /// (`crate::prompt::strip_copied_examples`).
+    pub copied_examples: usize,
 }
 
 /// Why a summary was refused; the caller treats it as an LLM failure (after asking once

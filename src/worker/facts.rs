@@ -125,7 +125,13 @@ impl Worker {
             &first.recall.missing,
             crate::prompt::MAX_LISTED_FACTS,
         );
-        if !self.summarizer.can_do_better() {
+        if !self.summarizer.can_do_better(plan.model.as_deref()) {
+            tracing::info!(
+                "[{rid}] summarizer: the summary stated {} of {} identifiers; not asking \
+                 again, as this model's last second attempts stated no more",
+                first.recall.stated,
+                first.recall.total
+            );
             return (first, None);
         }
         let again = self.summarizer.summarize(request.again(&missing));
@@ -159,6 +165,9 @@ impl Worker {
             }
         };
         self.metrics.fact_retried(outcome);
+        if outcome != RetryOutcome::Failed {
+            (self.summarizer).retried(plan.model.as_deref(), outcome == RetryOutcome::Improved);
+        }
         if outcome != RetryOutcome::Failed {
             tracing::info!(
                 "[{rid}] summarizer: second attempt {}: writing the summary that states {} of \

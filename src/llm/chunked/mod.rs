@@ -33,11 +33,15 @@ use crate::compaction::tokens;
 use crate::config::LlmSettings;
 use crate::message::Message;
 use crate::metrics::Metrics;
-use crate::prompt::{MissingFacts, Prompt, Transcript};
+use crate::prompt::{self, MissingFacts, Prompt, Transcript};
 use crate::protocol::Instructions;
 use crate::summarizer::{LlmError, Summarizer, SummaryRequest};
 use crate::summary::{self, Rejected, Summary, added_since_summary};
 use crate::usage::Meter;
+
+mod second_attempts;
+
+pub use second_attempts::SecondAttempts;
 
 /// `old` without its earlier summary, and that summary without the worker's own parts;
 /// `None` when it has none, or nothing after it (see [`added_since_summary`]).
@@ -87,6 +91,8 @@ pub struct LlmSummarizer {
     deadline: Duration,
     /// Where refused answers are counted (`summarizer_answers_refused_total`).
     metrics: Option<Arc<Metrics>>,
+    /// How the fact check's second attempts went, per model.
+    second_attempts: SecondAttempts,
 }
 
 impl LlmSummarizer {
@@ -137,6 +143,7 @@ impl LlmSummarizer {
             summary_max_chars: i64::from(summary_max_tokens).saturating_mul(3),
             deadline,
             metrics: None,
+            second_attempts: SecondAttempts::default(),
         }
     }
 
@@ -179,6 +186,8 @@ impl LlmSummarizer {
         // After an echo: the earlier summary the answer about the newer messages alone
         // is merged into.
         let mut merge_into: Option<String> = None;
+        // Clauses of the prompt's examples taken out of the answers.
+        let mut copied_examples = 0;
         loop {
             // After a cut-off answer, every later request asks for a shorter one too.
             let note = (truncations > 0).then(|| rendered.transcript.cut_off_note());
@@ -217,6 +226,10 @@ impl LlmSummarizer {
                         next = end;
                         continue;
                     }
+                    // What the model copied of the prompt's own examples is no finding.
+                    let (text, copied) = prompt::strip_copied_examples(&summary.text, old);
+                    summary.text = text;
+                    copied_examples += copied;
                     if let Some(earlier) = &merge_into {
                         let newer = summary::strip_ours(&summary.text);
                         summary.text = summary::merge(earlier, &newer, self.summary_max_chars);
@@ -224,6 +237,7 @@ impl LlmSummarizer {
                     let Err(rejected) = self.gate(&summary.text, old) else {
                         summary.text = summary::strip_ours(&summary.text);
                         summary.refused = refused;
+                        summary.copied_examples = copied_examples;
                         summary.prompt_version = Some(self.prompt.version().to_owned());
                         return Ok(summary);
                     };
@@ -355,8 +369,12 @@ impl Summarizer for LlmSummarizer {
         (self.summarize_all(request.context, request.old, asked, missing, request.meter)).boxed()
     }
 
-    fn can_do_better(&self) -> bool {
-        true
+    fn can_do_better(&self, model: Option<&str>) -> bool {
+        self.second_attempts.worth_asking(model)
+    }
+
+    fn retried(&self, model: Option<&str>, improved: bool) {
+        self.second_attempts.went(model, improved);
     }
 }
 
