@@ -131,6 +131,40 @@ pub fn strip_copied_examples(answer: &str, old: &[Message]) -> (String, usize) {
     (lines.join("\n"), removed)
 }
 
+/// `answer` without the lines that copy the list of missing facts a second attempt was
+/// given ([`Transcript::missing_facts`]: `- <identifier> | <the sentence it was said
+/// in>`), and how many were taken out. The small model answered one with a section of
+/// such lines ("**Facts:** - 500 | {\"limit\":500,...}"), which counted as stating every
+/// fact it pasted: a line that holds an identifier, ` | ` and the start of the sentence
+/// it was listed with is a copy of the prompt, not a finding.
+pub fn strip_copied_list(answer: &str, listed: &[MissingFact]) -> (String, usize) {
+    let copies: Vec<String> = (listed.iter())
+        .filter(|fact| !fact.said.is_empty())
+        .map(|fact| {
+            let said: String = one_line(&fact.said)
+                .chars()
+                .take(COPIED_SAID_CHARS)
+                .collect();
+            format!("{} | {said}", one_line(&fact.value))
+        })
+        .collect();
+    let mut removed = 0;
+    let kept: Vec<&str> = (answer.lines())
+        .filter(|line| {
+            let copied = copies.iter().any(|copy| line.contains(copy.as_str()));
+            removed += usize::from(copied);
+            !copied
+        })
+        .collect();
+    if removed == 0 {
+        return (answer.to_owned(), 0);
+    }
+    (kept.join("\n"), removed)
+}
+
+/// How much of a listed sentence a copied line must repeat after its identifier.
+const COPIED_SAID_CHARS: usize = 20;
+
 /// Where `needle` (ASCII) first occurs in `text`, ASCII case aside.
 fn find_ascii_nocase(text: &str, needle: &str) -> Option<usize> {
     let (text, needle) = (text.as_bytes(), needle.as_bytes());
@@ -661,6 +695,34 @@ mod tests {
             strip_copied_examples("**Investigating:** x", &old),
             ("**Investigating:** x".to_owned(), 0)
         );
+    }
+
+    /// A second attempt that pastes the list it was given is no better: the pasted lines
+    /// go, the rest of the answer stays.
+    #[test]
+    fn lines_copied_from_the_missing_facts_list_are_taken_out() {
+        let listed = [
+            MissingFact {
+                value: "500".to_owned(),
+                said: "{\"limit\":500,\"namespace\":\"edge\"}".to_owned(),
+            },
+            MissingFact {
+                value: "flags=UC".to_owned(),
+                said: "every 502 carries flags=UC after ~30 s".to_owned(),
+            },
+        ];
+        let answer = "**Key findings:**\n- Every 502 carries flags=UC after ~30 s.\n\
+                      **Facts:** - 500 | {\"limit\":500,\"namespace\":\"edge\"}\n\
+                      - flags=UC | every 502 carries flags=UC after ~30 s\n\
+                      **Current state:** pulling per-pod rates";
+        let (text, removed) = strip_copied_list(answer, &listed);
+        assert_eq!(
+            text,
+            "**Key findings:**\n- Every 502 carries flags=UC after ~30 s.\n\
+             **Current state:** pulling per-pod rates"
+        );
+        assert_eq!(removed, 2);
+        assert_eq!(strip_copied_list(answer, &[]), (answer.to_owned(), 0));
     }
 
     /// A compaction's own marker is kept for its requests; one the messages hold, or of

@@ -91,8 +91,8 @@ pub struct Record<'a> {
     /// The rules the answers before the written one broke (the acceptance gate asked
     /// again): `refused_answers` in the metadata.
     pub refused: &'a [&'static str],
-    /// Clauses of the prompt's examples taken out of the answers:
-    /// `prompt_examples_removed` in the metadata when there were any.
+    /// What the answers copied of the prompt (its examples, a second attempt's list),
+    /// taken out: `prompt_examples_removed` in the metadata when there were any.
     pub copied_examples: usize,
     pub messages_kept: i64,
     /// The tokenizer's count of the removed part, and of the summary.

@@ -43,8 +43,9 @@ pub struct Summary {
     /// The rules ([`Rejected::rule`]) the answers asked for before this one broke: the
     /// acceptance gate asked again, and this is the answer that passed.
     pub refused: Vec<&'static str>,
-    /// Clauses of the prompt's own examples the model copied into its answers, taken out
-    /// (`crate::prompt::strip_copied_examples`).
+    /// What the model copied of its own prompt into its answers, taken out: clauses of
+    /// the examples (`crate::prompt::strip_copied_examples`) and lines of a second
+    /// attempt's list of missing facts (`crate::prompt::strip_copied_list`).
     pub copied_examples: usize,
 }
 

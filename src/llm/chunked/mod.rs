@@ -169,6 +169,7 @@ impl LlmSummarizer {
         let deadline = Instant::now() + self.deadline + PROVIDER_GRACE;
         let large = old.iter().map(|m| m.content.len()).sum::<usize>() > OFF_THREAD_CHARS;
         let may_ask_again = missing.is_none();
+        let missing_listed = missing.as_ref().map(|m| m.listed.clone());
         let mut rendered = self
             .render(large, (context, old), (instructions, marker), missing)
             .await?;
@@ -226,10 +227,15 @@ impl LlmSummarizer {
                         next = end;
                         continue;
                     }
-                    // What the model copied of the prompt's own examples is no finding.
+                    // What the model copied of the prompt's own examples, or of the
+                    // list of facts a second attempt was given, is no finding.
                     let (text, copied) = prompt::strip_copied_examples(&summary.text, old);
+                    let (text, pasted) = match &missing_listed {
+                        Some(listed) => prompt::strip_copied_list(&text, listed),
+                        None => (text, 0),
+                    };
                     summary.text = text;
-                    copied_examples += copied;
+                    copied_examples += copied + pasted;
                     if let Some(earlier) = &merge_into {
                         let newer = summary::strip_ours(&summary.text);
                         summary.text = summary::merge(earlier, &newer, self.summary_max_chars);
