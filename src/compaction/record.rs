@@ -93,7 +93,7 @@ pub struct Record<'a> {
     pub refused: &'a [&'static str],
     /// What the answers copied of the prompt (its examples, a second attempt's list),
     /// taken out: `prompt_examples_removed` in the metadata when there were any.
-    pub copied_examples: usize,
+    pub copied_from_prompt: usize,
     pub messages_kept: i64,
     /// The tokenizer's count of the removed part, and of the summary.
     pub tokens_removed: i64,
@@ -153,7 +153,7 @@ impl<'a> Record<'a> {
             prompt_version: summary.and_then(|s| s.prompt_version.as_deref()),
             fallback_reason: summary.and_then(|s| s.fallback_reason.as_deref()),
             refused: summary.map_or(&[], |s| s.refused.as_slice()),
-            copied_examples: summary.map_or(0, |s| s.copied_examples),
+            copied_from_prompt: summary.map_or(0, |s| s.copied_from_prompt),
             messages_kept: plan.messages_kept,
             tokens_removed: if written.is_some() {
                 plan.tokens_removed
@@ -199,8 +199,8 @@ impl<'a> Record<'a> {
         if !self.refused.is_empty() {
             metadata["refused_answers"] = json!(self.refused);
         }
-        if self.copied_examples > 0 {
-            metadata["prompt_examples_removed"] = json!(self.copied_examples);
+        if self.copied_from_prompt > 0 {
+            metadata["prompt_examples_removed"] = json!(self.copied_from_prompt);
         }
         if let Some(redacted) = self.redacted.filter(|r| !r.is_empty()) {
             metadata["redacted"] = redacted.to_json();

@@ -46,7 +46,7 @@ pub struct Summary {
     /// What the model copied of its own prompt into its answers, taken out: clauses of
     /// the examples (`crate::prompt::strip_copied_examples`) and lines of a second
     /// attempt's list of missing facts (`crate::prompt::strip_copied_list`).
-    pub copied_examples: usize,
+    pub copied_from_prompt: usize,
 }
 
 /// Why a summary was refused; the caller treats it as an LLM failure (after asking once

@@ -188,7 +188,7 @@ impl LlmSummarizer {
         // is merged into.
         let mut merge_into: Option<String> = None;
         // Clauses of the prompt's examples taken out of the answers.
-        let mut copied_examples = 0;
+        let mut copied_from_prompt = 0;
         loop {
             // After a cut-off answer, every later request asks for a shorter one too.
             let note = (truncations > 0).then(|| rendered.transcript.cut_off_note());
@@ -235,7 +235,7 @@ impl LlmSummarizer {
                         None => (text, 0),
                     };
                     summary.text = text;
-                    copied_examples += copied + pasted;
+                    copied_from_prompt += copied + pasted;
                     if let Some(earlier) = &merge_into {
                         let newer = summary::strip_ours(&summary.text);
                         summary.text = summary::merge(earlier, &newer, self.summary_max_chars);
@@ -243,7 +243,7 @@ impl LlmSummarizer {
                     let Err(rejected) = self.gate(&summary.text, old) else {
                         summary.text = summary::strip_ours(&summary.text);
                         summary.refused = refused;
-                        summary.copied_examples = copied_examples;
+                        summary.copied_from_prompt = copied_from_prompt;
                         summary.prompt_version = Some(self.prompt.version().to_owned());
                         return Ok(summary);
                     };
